@@ -1,0 +1,117 @@
+"""`CompiledFunction`: dispatch to cached entries, and the compile pipeline as named stages."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from specengine.cache import Cache, CacheEntry
+from specengine.constraints.decide import Decider
+from specengine.constraints.solver import Solution, Solver
+from specengine.errors import SpecEngineError
+from specengine.executors import Executor, claim_trace, resolve_executors
+from specengine.prologue.build import build_prologue
+from specengine.prologue.codegen import Prologue
+from specengine.prologue.inputs import InputSpecs, describe_inputs
+from specengine.trace import passes
+from specengine.trace.interpreter import trace_function
+from specengine.trace.proxies import NumberProxy
+from specengine.trace.trace import Trace, format_value
+
+
+@dataclass(frozen=True)
+class Options:
+    dynamic: bool | None
+    executors: tuple[Executor, ...]
+    timeout_ms: int = 2000
+
+
+class CompiledFunction:
+    """A function compiled by `specengine.compile`. Calling it dispatches to a cached entry or compiles."""
+
+    def __init__(self, fn: Callable, options: Options):
+        self._fn = fn
+        self._options = options
+        self._cache = Cache()
+        self._entries: tuple[CacheEntry, ...] = ()
+        self._lock = threading.RLock()
+        self._last: CacheEntry | None = None
+        self._last_compiled: CacheEntry | None = None
+        functools.update_wrapper(self, fn, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for entry in self._entries:
+            inputs = entry.prologue.fn(*args, **kwargs)
+            if inputs is not None:
+                entry.hits += 1
+                self._last = entry
+                return entry.computation(*inputs)
+        return self._miss(args, kwargs)
+
+    def _miss(self, args: tuple, kwargs: dict) -> Any:
+        with self._lock:
+            reasons = [e.prologue.explain(args, kwargs) or "passed" for e in self._entries]
+            entry = compile_entry(self._fn, args, kwargs, self._options)
+            self._cache.add(entry, reasons)
+            self._entries = self._cache.entries
+            self._last = self._last_compiled = entry
+        inputs = entry.prologue.fn(*args, **kwargs)
+        if inputs is None:
+            raise SpecEngineError(f"internal error: a new entry rejects the inputs it was traced from: "
+                                  f"{entry.prologue.explain(args, kwargs)}")  # fmt: skip
+        return entry.computation(*inputs)
+
+
+def _trace_stage(fn: Callable, specs: InputSpecs, options: Options) -> tuple[list[Trace], Decider, bool]:
+    decider = Decider(specs.hints, specs.ranges, options.timeout_ms)
+    traced, state = trace_function(fn, specs, decider)
+    cleaned = passes.dce(passes.cse(traced))
+    return [traced, cleaned], decider, state.uses_default_dtype
+
+
+def _solve_stage(decider: Decider, specs: InputSpecs, options: Options) -> Solution:
+    return Solver(decider.constraints, specs.ranges, specs.hints, options.timeout_ms).solve()
+
+
+def _computation_stage(trace: Trace, solution: Solution, specs: InputSpecs, options: Options) -> list[Trace]:
+    specialized = passes.specialize(trace, solution.substitution(), specs.hints)
+    claimed, requests = claim_trace(specialized, options.executors)
+    if requests:
+        raise SpecEngineError("needs-constant requests are not handled yet (issue 3)")
+    return [specialized, claimed, passes.dce(claimed)]
+
+
+def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: Trace,
+                    uses_default_dtype: bool) -> tuple[Prologue, list]:  # fmt: skip
+    name = fn.__name__ if getattr(fn, "__name__", "").isidentifier() else "prologue"
+    returns = [format_value(p) for p in final.params]
+    symbols = {p.name for p in final.params if isinstance(p, NumberProxy)}
+    default_dtype = torch.get_default_dtype() if uses_default_dtype else None
+    return build_prologue(name, specs, solution, returns, symbols, torch.is_grad_enabled(), default_dtype)
+
+
+def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options) -> CacheEntry:
+    """The compile pipeline: describe inputs, trace, solve, specialize and claim, generate the prologue."""
+    t0 = time.perf_counter()
+    specs = describe_inputs(fn, args, kwargs, options.dynamic)
+    traces, decider, uses_default_dtype = _trace_stage(fn, specs, options)
+    solution = _solve_stage(decider, specs, options)
+    traces += _computation_stage(traces[-1], solution, specs, options)
+    final = traces[-1]
+    prologue, guards = _prologue_stage(fn, specs, solution, final, uses_default_dtype)
+    stats = {"z3_calls": decider.z3_calls + solution.z3_calls, "compile_s": time.perf_counter() - t0}
+    key = (_static_key(specs), solution.key, torch.is_grad_enabled(), uses_default_dtype and torch.get_default_dtype())
+    return CacheEntry(prologue, final.python_callable(), traces, guards, solution, key, stats)
+
+
+def _static_key(specs: InputSpecs) -> str:
+    return repr([p for p in specs.params])
+
+
+def make_compiled(fn: Callable, dynamic: bool | None, executors: Sequence[Executor | str] | None) -> CompiledFunction:
+    return CompiledFunction(fn, Options(dynamic, resolve_executors(executors)))

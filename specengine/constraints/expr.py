@@ -1,0 +1,752 @@
+"""Canonical, hash-consed symbolic integer and boolean expressions.
+
+Symbols stand for tensor sizes and Python int inputs of a traced function. Every constructor returns a
+canonical node, and structurally equal nodes are the same object, so Exprs are compared with ``is``.
+Integer division and modulo follow Python's ``//`` and ``%`` (floor semantics).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import operator
+import re
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import z3
+
+Interval = tuple[int | None, int | None]
+
+# Sort rank of each op; the first element of every sort_key, so keys of different ops never compare deeper.
+_RANK = {"const": 0, "sym": 1, "floordiv": 2, "mod": 3, "min": 4, "max": 5, "if": 6, "poly": 7, "bconst": 8}
+_RANK.update({"rel": 9, "not": 10, "and": 11, "or": 12})
+_BOOL_OPS = frozenset({"bconst", "rel", "not", "and", "or"})
+_RELNAMES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+_RELOPS: dict[str, Callable[[Any, Any], Any]] = {op: getattr(operator, f) for op, f in _RELNAMES.items()}
+_NEGATED = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+_SYM_RE = re.compile(r"(.*?)(\d+)")
+_INF = math.inf
+
+# Hash-consing table: (op, args) -> the unique live node; args hold canonical children, compared by identity.
+_TABLE: weakref.WeakValueDictionary[tuple, Expr] = weakref.WeakValueDictionary()
+_LOCK = threading.Lock()
+
+
+def _operator(fn: str, reflected: bool = False) -> Callable[[Expr, Any], Any]:
+    """An Expr arithmetic dunder calling the module-level constructor named ``fn``; ints accepted."""
+
+    def method(self: Expr, other: Any) -> Any:
+        if not isinstance(other, (int, Expr)):
+            return NotImplemented
+        return globals()[fn](other, self) if reflected else globals()[fn](self, other)
+
+    return method
+
+
+class Expr:
+    """An immutable canonical expression node; structurally equal nodes are the same object."""
+
+    __slots__ = ("__weakref__", "_free", "_norm", "args", "is_bool", "op", "sort_key")
+
+    op: str
+    args: tuple
+    is_bool: bool
+    sort_key: tuple
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Expr:  # noqa: PYI034
+        raise TypeError("Expr nodes are created with the constructors of specengine.constraints.expr")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Expr is immutable")
+
+    def __copy__(self) -> Expr:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Expr:
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (_intern, (self.op, self.args))
+
+    @property
+    def is_const(self) -> bool:
+        """Whether this is an integer or boolean constant."""
+        return self.op in ("const", "bconst")
+
+    @property
+    def value(self) -> int | bool:
+        """The Python value of a constant; raises ValueError for anything else."""
+        if not self.is_const:
+            raise ValueError(f"{self!r} is not a constant")
+        return self.args[0]
+
+    def free_symbols(self) -> frozenset[str]:
+        """Names of the symbols occurring in this expression."""
+        if self._free is None:
+            if self.op == "sym":
+                free = frozenset(self.args)
+            else:
+                free = frozenset().union(*(c.free_symbols() for c in _children(self)))
+            object.__setattr__(self, "_free", free)
+        return self._free
+
+    def eval(self, env: Mapping[str, int]) -> int | bool:
+        """Evaluate with Python semantics (``if``/``and``/``or`` are lazy, in printed order)."""
+        return _eval(self, env, {})
+
+    def subs(self, mapping: Mapping[str, IntLike]) -> Expr:
+        """Substitute symbols by expressions or ints, re-canonicalising (constants fold)."""
+        if self.free_symbols().isdisjoint(mapping):
+            return self
+        repl = {k: _int(v) for k, v in mapping.items()}
+        return _rebuild(self, lambda s: repl.get(s.args[0], s), {})
+
+    def to_python(self, name: Callable[[str], str] = str) -> str:
+        """Python source for this expression; ``name`` maps a symbol name to the text printed for it."""
+        return _py(self, name, {})[0]
+
+    def __str__(self) -> str:
+        return self.to_python()
+
+    def __repr__(self) -> str:
+        return f"Expr({self.to_python()})"
+
+    __add__ = _operator("add")
+    __radd__ = _operator("add", reflected=True)
+    __sub__ = _operator("sub")
+    __rsub__ = _operator("sub", reflected=True)
+    __mul__ = _operator("mul")
+    __rmul__ = _operator("mul", reflected=True)
+    __floordiv__ = _operator("floordiv")
+    __rfloordiv__ = _operator("floordiv", reflected=True)
+    __mod__ = _operator("mod")
+    __rmod__ = _operator("mod", reflected=True)
+
+    def __neg__(self) -> Expr:
+        return neg(self)
+
+
+IntLike = int | Expr
+BoolLike = bool | Expr
+
+
+def _children(e: Expr) -> tuple[Expr, ...]:
+    if e.op in ("const", "bconst", "sym"):
+        return ()
+    if e.op == "poly":
+        return tuple(a for mono, _ in e.args[1] for a in mono)
+    if e.op == "rel":
+        return e.args[1:]
+    return e.args
+
+
+def _mono_key(mono: tuple[Expr, ...]) -> tuple:
+    return tuple(a.sort_key for a in mono)
+
+
+def _make_key(op: str, args: tuple) -> tuple:
+    rank = _RANK[op]
+    if op in ("const", "bconst"):
+        return (rank, int(args[0]))
+    if op == "sym":
+        m = _SYM_RE.fullmatch(args[0])
+        return (rank, m.group(1), int(m.group(2)), args[0]) if m else (rank, args[0], -1, args[0])
+    if op == "poly":
+        return (rank, tuple((_mono_key(mono), k) for mono, k in args[1]), args[0])
+    if op == "rel":
+        return (rank, args[1].sort_key, args[2].sort_key, args[0])
+    return (rank, *(a.sort_key for a in args))
+
+
+def _intern(op: str, args: tuple) -> Expr:
+    """The unique node for ``(op, args)``; callers guarantee ``args`` is already canonical."""
+    key = (op, args)
+    with _LOCK:
+        e = _TABLE.get(key)
+        if e is None:
+            e = object.__new__(Expr)
+            fields = (("op", op), ("args", args), ("is_bool", op in _BOOL_OPS))
+            for slot, val in (*fields, ("sort_key", _make_key(op, args)), ("_free", None), ("_norm", None)):
+                object.__setattr__(e, slot, val)
+            _TABLE[key] = e
+    return e
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Integer constructors. Internally a polynomial is a dict {monomial: coeff} with () as the constant monomial.
+
+
+def const(v: int) -> Expr:
+    """The integer constant ``v``."""
+    return _intern("const", (int(operator.index(v)),))
+
+
+def sym(name: str) -> Expr:
+    """The integer symbol ``name``."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"symbol name must be a non-empty str, got {name!r}")
+    return _intern("sym", (name,))
+
+
+def as_expr(x: int | bool | Expr) -> Expr:
+    """``x`` as an Expr: bools become TRUE/FALSE, ints become constants."""
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, bool):
+        return TRUE if x else FALSE
+    return const(x)
+
+
+def _int(x: IntLike) -> Expr:
+    if isinstance(x, Expr):
+        if x.is_bool:
+            raise TypeError(f"expected an integer expression, got {x!r}")
+        return x
+    try:
+        return const(x)
+    except TypeError:
+        raise TypeError(f"expected an int or integer Expr, got {x!r}") from None
+
+
+def _bool(x: BoolLike) -> Expr:
+    if isinstance(x, Expr):
+        if not x.is_bool:
+            raise TypeError(f"expected a boolean expression, got {x!r}")
+        return x
+    if isinstance(x, bool):
+        return TRUE if x else FALSE
+    raise TypeError(f"expected a bool or boolean Expr, got {x!r}")
+
+
+def _terms(e: Expr) -> dict[tuple, int]:
+    if e.op == "const":
+        return {(): e.args[0]}
+    if e.op == "poly":
+        d = dict(e.args[1])
+        d[()] = e.args[0]
+        return d
+    return {(e,): 1}
+
+
+def _from_terms(d: dict[tuple, int]) -> Expr:
+    c = d.get((), 0)
+    items = sorted(((m, k) for m, k in d.items() if k and m), key=lambda t: _mono_key(t[0]))
+    if not items:
+        return const(c)
+    if c == 0 and len(items) == 1 and items[0][1] == 1 and len(items[0][0]) == 1:
+        return items[0][0][0]
+    return _intern("poly", (c, tuple(items)))
+
+
+def _add_terms(a: dict[tuple, int], b: dict[tuple, int], scale: int = 1) -> dict[tuple, int]:
+    out = dict(a)
+    for m, k in b.items():
+        out[m] = out.get(m, 0) + scale * k
+    return out
+
+
+def _mul_terms(a: dict[tuple, int], b: dict[tuple, int]) -> dict[tuple, int]:
+    out: dict[tuple, int] = {}
+    for (ma, ka), (mb, kb) in itertools.product(a.items(), b.items()):
+        m = tuple(sorted(ma + mb, key=operator.attrgetter("sort_key")))
+        out[m] = out.get(m, 0) + ka * kb
+    return out
+
+
+def add(a: IntLike, b: IntLike) -> Expr:
+    """``a + b``."""
+    return _from_terms(_add_terms(_terms(_int(a)), _terms(_int(b))))
+
+
+def sub(a: IntLike, b: IntLike) -> Expr:
+    """``a - b``."""
+    return _from_terms(_add_terms(_terms(_int(a)), _terms(_int(b)), -1))
+
+
+def neg(a: IntLike) -> Expr:
+    """``-a``."""
+    return _from_terms({m: -k for m, k in _terms(_int(a)).items()})
+
+
+def mul(a: IntLike, b: IntLike) -> Expr:
+    """``a * b`` (products are multiplied out)."""
+    return _from_terms(_mul_terms(_terms(_int(a)), _terms(_int(b))))
+
+
+def _split(d: dict[tuple, int], c: int) -> tuple[dict[tuple, int], dict[tuple, int]]:
+    """Split ``d`` as ``c*q + r`` where r keeps the terms not divisible by ``c`` and a constant ``k % c``."""
+    q: dict[tuple, int] = {(): d.get((), 0) // c}
+    r: dict[tuple, int] = {(): d.get((), 0) % c}
+    for m, k in d.items():
+        if m:
+            if k % c == 0:
+                q[m] = k // c
+            else:
+                r[m] = k
+    return q, r
+
+
+def floordiv(a: IntLike, b: IntLike) -> Expr:
+    """``a // b`` with Python floor semantics; division by a literal zero is kept symbolic."""
+    a, b = _int(a), _int(b)
+    if b.op != "const" or b.args[0] == 0:
+        return _intern("floordiv", (a, b))
+    c = b.args[0]
+    q, r = _split(_terms(a), c)
+    if any(q.values()):
+        return add(_from_terms(q), floordiv(_from_terms(r), b))
+    rest = _from_terms(r)
+    if rest.op == "const":
+        return const(rest.args[0] // c)
+    g = math.gcd(c, *r.values())
+    if g > 1:
+        return floordiv(_from_terms({m: k // g for m, k in r.items()}), c // g)
+    if rest.op == "floordiv" and c > 0 and rest.args[1].op == "const" and rest.args[1].args[0] > 0:
+        return floordiv(rest.args[0], c * rest.args[1].args[0])
+    return _intern("floordiv", (rest, b))
+
+
+def mod(a: IntLike, b: IntLike) -> Expr:
+    """``a % b`` with Python semantics (result has the divisor's sign)."""
+    a, b = _int(a), _int(b)
+    if b.op != "const" or b.args[0] == 0:
+        return _intern("mod", (a, b))
+    c = b.args[0]
+    _, r = _split(_terms(a), c)
+    rest = _from_terms(r)
+    if rest.op == "const":
+        return const(rest.args[0] % c)
+    g = math.gcd(c, *r.values())
+    if g > 1:
+        return mul(g, mod(_from_terms({m: k // g for m, k in r.items()}), c // g))
+    if rest.op == "mod" and rest.args[1] is b:
+        return rest
+    return _intern("mod", (rest, b))
+
+
+def _minmax(op: str, a: IntLike, b: IntLike) -> Expr:
+    a, b = _int(a), _int(b)
+    d = sub(a, b)
+    if d.op == "const":
+        return a if (d.args[0] <= 0) == (op == "min") else b
+    if b.sort_key < a.sort_key:
+        a, b = b, a
+    return _intern(op, (a, b))
+
+
+def minimum(a: IntLike, b: IntLike) -> Expr:
+    """``min(a, b)``."""
+    return _minmax("min", a, b)
+
+
+def maximum(a: IntLike, b: IntLike) -> Expr:
+    """``max(a, b)``."""
+    return _minmax("max", a, b)
+
+
+def ite(cond: BoolLike, a: IntLike, b: IntLike) -> Expr:
+    """``a if cond else b``."""
+    cond, a, b = _bool(cond), _int(a), _int(b)
+    if cond.op == "bconst":
+        return a if cond.args[0] else b
+    if a is b:
+        return a
+    if cond.op == "not":
+        return ite(cond.args[0], b, a)
+    return _intern("if", (cond, a, b))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Boolean constructors.
+
+TRUE = _intern("bconst", (True,))
+FALSE = _intern("bconst", (False,))
+
+
+def _rel(op: str, a: IntLike, b: IntLike) -> Expr:
+    a, b = _int(a), _int(b)
+    d = sub(a, b)
+    if d.op == "const":
+        return TRUE if _RELOPS[op](d.args[0], 0) else FALSE
+    return _intern("rel", (op, a, b))
+
+
+def _relation(op: str) -> Callable[[IntLike, IntLike], Expr]:
+    def make(a: IntLike, b: IntLike) -> Expr:
+        return _rel(op, a, b)
+
+    make.__name__ = make.__qualname__ = _RELNAMES[op]
+    make.__doc__ = f"``a {op} b`` (keeps the operator and sides for display)."
+    return make
+
+
+eq, ne, lt, le, gt, ge = map(_relation, _RELNAMES)
+
+
+def not_(x: BoolLike) -> Expr:
+    """``not x``; relations flip their operator and double negations cancel."""
+    x = _bool(x)
+    if x.op == "bconst":
+        return FALSE if x.args[0] else TRUE
+    if x.op == "not":
+        return x.args[0]
+    if x.op == "rel":
+        return _intern("rel", (_NEGATED[x.args[0]], x.args[1], x.args[2]))
+    return _intern("not", (x,))
+
+
+def _junction(op: str, xs: tuple[BoolLike, ...]) -> Expr:
+    unit = op == "and"  # the identity element of the junction; its negation absorbs everything
+    items: dict[Expr, None] = {}
+    for x in map(_bool, xs):
+        if x.op == "bconst":
+            if x.args[0] != unit:
+                return _bool(not unit)
+            continue
+        items.update(dict.fromkeys(x.args if x.op == op else (x,)))
+    if any(not_(x) in items for x in items):
+        return _bool(not unit)
+    if len(items) <= 1:
+        return next(iter(items), _bool(unit))
+    return _intern(op, tuple(sorted(items, key=operator.attrgetter("sort_key"))))
+
+
+def and_(*xs: BoolLike) -> Expr:
+    """Conjunction of any number of boolean operands (flattened, deduplicated, sorted)."""
+    return _junction("and", xs)
+
+
+def or_(*xs: BoolLike) -> Expr:
+    """Disjunction of any number of boolean operands (flattened, deduplicated, sorted)."""
+    return _junction("or", xs)
+
+
+def normalize(b: BoolLike) -> Expr:
+    """Canonical meaning-preserving form: relations become ``p >= 0``, ``p == 0`` or ``p != 0``, no ``not``."""
+    b = _bool(b)
+    if b._norm is None:
+        object.__setattr__(b, "_norm", _normalize(b))
+    return b._norm
+
+
+def _normalize(b: Expr) -> Expr:
+    if b.op == "bconst":
+        return b
+    if b.op == "rel":
+        return _normalize_rel(*b.args)
+    if b.op == "not":
+        x = b.args[0]
+        if x.op in ("and", "or"):
+            dual = or_ if x.op == "and" else and_
+            return dual(*(normalize(not_(y)) for y in x.args))
+        return normalize(not_(x))
+    return _junction(b.op, tuple(normalize(y) for y in b.args))
+
+
+def _normalize_rel(op: str, lhs: Expr, rhs: Expr) -> Expr:
+    d = _terms(sub(lhs, rhs))
+    if op in ("<", "<="):
+        d = {m: -k for m, k in d.items()}
+    c = d.pop((), 0) - (op in ("<", ">"))  # over the integers a > b <=> a - b - 1 >= 0
+    kind = op if op in ("==", "!=") else ">="
+    if not d:
+        return _rel(kind, c, 0)
+    g = math.gcd(*d.values())
+    if kind != ">=" and c % g:
+        return _bool(kind == "!=")
+    sign = -1 if kind != ">=" and min(d.items(), key=lambda t: _mono_key(t[0]))[1] < 0 else 1
+    d = {m: sign * k // g for m, k in d.items()}
+    d[()] = sign * c // g  # floor is exact for ">=": q*g + c >= 0 <=> q + floor(c/g) >= 0 (g > 0)
+    return _rel(kind, _from_terms(d), 0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation and substitution. All traversals memoise per call on node identity, so shared subtrees cost once.
+
+_PY_FNS = {"floordiv": operator.floordiv, "mod": operator.mod, "min": min, "max": max, "not": operator.not_}
+
+
+def _eval(e: Expr, env: Mapping[str, int], memo: dict) -> Any:
+    if e in memo:
+        return memo[e]
+    op, args = e.op, e.args
+    if op in ("const", "bconst"):
+        r = args[0]
+    elif op == "sym":
+        r = env[args[0]]
+    elif op == "poly":
+        r = args[0] + sum(k * math.prod(_eval(a, env, memo) for a in mono) for mono, k in args[1])
+    elif op == "if":
+        r = _eval(args[1] if _eval(args[0], env, memo) else args[2], env, memo)
+    elif op in ("and", "or"):
+        r = (all if op == "and" else any)(_eval(a, env, memo) for a in args)
+    elif op == "rel":
+        r = _RELOPS[args[0]](_eval(args[1], env, memo), _eval(args[2], env, memo))
+    else:
+        r = _PY_FNS[op](*(_eval(a, env, memo) for a in args))
+    memo[e] = r
+    return r
+
+
+_CONSTRUCTORS = {"floordiv": floordiv, "mod": mod, "min": minimum, "max": maximum, "if": ite, "not": not_}
+_CONSTRUCTORS.update({"and": and_, "or": or_})
+
+
+def _rebuild(e: Expr, leaf: Callable[[Expr], Expr], memo: dict) -> Expr:
+    """Rebuild ``e`` bottom-up through the canonical constructors, mapping each symbol with ``leaf``."""
+    if e in memo:
+        return memo[e]
+    op, args = e.op, e.args
+    if op in ("const", "bconst"):
+        r = e
+    elif op == "sym":
+        r = leaf(e)
+    elif op == "poly":
+        acc: dict[tuple, int] = {(): args[0]}
+        for mono, k in args[1]:
+            t: dict[tuple, int] = {(): k}
+            for a in mono:
+                t = _mul_terms(t, _terms(_rebuild(a, leaf, memo)))
+            acc = _add_terms(acc, t)
+        r = _from_terms(acc)
+    elif op == "rel":
+        r = _rel(args[0], _rebuild(args[1], leaf, memo), _rebuild(args[2], leaf, memo))
+    else:
+        r = _CONSTRUCTORS[op](*(_rebuild(a, leaf, memo) for a in args))
+    memo[e] = r
+    return r
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Printing as Python source. Each node prints as (text, precedence); a child is parenthesised when its
+# precedence is below what its position needs.
+
+_P_NOT, _P_CMP, _P_ADD, _P_MUL, _P_NEG, _P_ATOM = 1, 2, 3, 4, 5, 6
+
+
+def _wrap(e: Expr, need: int, name: Callable[[str], str], memo: dict) -> str:
+    text, prec = _py(e, name, memo)
+    return text if prec >= need else f"({text})"
+
+
+def _py_poly(e: Expr, name: Callable[[str], str], memo: dict) -> tuple[str, int]:
+    c, terms = e.args
+    lead = c > 0 and terms[0][1] < 0  # print "1 - s0" rather than "-s0 + 1"
+    pieces = [str(c)] if lead else []
+    for mono, k in terms:
+        factors = [str(abs(k))] if abs(k) != 1 else []
+        for a in mono:  # a leading "-" binds tighter than "*", so the first factor then needs _P_NEG
+            first = _P_NEG if k < 0 and not pieces else _P_MUL
+            factors.append(_wrap(a, _P_MUL + 1 if factors else first, name, memo))
+        sign = ("-" if k < 0 else "") if not pieces else (" - " if k < 0 else " + ")
+        pieces.append(sign + "*".join(factors))
+    if c and not lead:
+        pieces.append(f" - {-c}" if c < 0 else f" + {c}")
+    if len(pieces) > 1:
+        return "".join(pieces), _P_ADD
+    mono, k = terms[0]
+    return pieces[0], _P_NEG if k == -1 and len(mono) == 1 else _P_MUL
+
+
+def _py(e: Expr, name: Callable[[str], str], memo: dict) -> tuple[str, int]:
+    if e in memo:
+        return memo[e]
+    op, args = e.op, e.args
+    if op in ("const", "bconst"):
+        r = str(args[0]), _P_NEG if args[0] < 0 else _P_ATOM
+    elif op == "sym":
+        r = name(args[0]), _P_ATOM
+    elif op == "poly":
+        r = _py_poly(e, name, memo)
+    elif op in ("floordiv", "mod"):
+        sep = "//" if op == "floordiv" else "%"
+        r = f"{_wrap(args[0], _P_MUL, name, memo)}{sep}{_wrap(args[1], _P_MUL + 1, name, memo)}", _P_MUL
+    elif op in ("min", "max"):
+        r = f"{op}({_py(args[0], name, memo)[0]}, {_py(args[1], name, memo)[0]})", _P_ATOM
+    elif op == "if":
+        c, a, b = (_py(x, name, memo)[0] for x in args)
+        r = f"({a} if {c} else {b})", _P_ATOM
+    elif op == "rel":
+        r = f"{_wrap(args[1], _P_ADD, name, memo)} {args[0]} {_wrap(args[2], _P_ADD, name, memo)}", _P_CMP
+    elif op == "not":
+        r = f"not {_wrap(args[0], _P_NOT, name, memo)}", _P_NOT
+    else:
+        r = "(" + f" {op} ".join(_wrap(a, _P_NOT, name, memo) for a in args) + ")", _P_ATOM
+    memo[e] = r
+    return r
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Interval bounds. Internally an endpoint is an int or the float -inf/+inf (unbounded); never NaN.
+
+
+def _xadd(a: float, b: float) -> float:
+    return a if isinstance(a, float) else b if isinstance(b, float) else a + b
+
+
+def _xmul(a: float, b: float) -> float:
+    if a == 0 or b == 0:
+        return 0
+    if isinstance(a, float) or isinstance(b, float):
+        return _INF if (a > 0) == (b > 0) else -_INF
+    return a * b
+
+
+def _ipow(x: tuple, n: int) -> tuple:
+    lo, hi = x
+    a, b = ((_INF if v > 0 or n % 2 == 0 else -_INF) if isinstance(v, float) else v**n for v in x)
+    if n % 2 == 1 or lo >= 0:
+        return a, b
+    return (b, a) if hi <= 0 else (0, max(a, b))
+
+
+def _idiv(a: tuple, b: tuple) -> tuple:
+    (al, ah), (bl, bh) = a, b
+    if bl > 0:
+        # floor(x/y) is monotone in each argument on this box, so the corners (or their limits) bound it
+        cands = [
+            x if isinstance(x, float) else (x >= 0) - 1 if isinstance(y, float) else x // y
+            for x in a
+            for y in b
+        ]
+        return min(cands), max(cands)
+    if bh < 0:
+        return _idiv((-ah, -al), (-bh, -bl))
+    m = max(abs(al), abs(ah))  # |a // b| <= |a| whenever b != 0
+    return -m, m
+
+
+def _imod(a: tuple, b: tuple) -> tuple:
+    (al, ah), (bl, bh) = a, b
+    if bl > 0:
+        if al >= 0 and ah < bl:
+            return a
+        finite = not isinstance(al, float) and not isinstance(ah, float)
+        if bl == bh and finite and al // bl == ah // bl:
+            return al % bl, ah % bl
+        hi = _xadd(bh, -1)
+        return 0, min(hi, ah) if al >= 0 else hi
+    if bh < 0:
+        lo, hi = _imod((-ah, -al), (-bh, -bl))
+        return -hi, -lo
+    m = max(_xadd(max(abs(bl), abs(bh)), -1), 0)  # |a % b| < |b|
+    return -m, m
+
+
+def _bounds(e: Expr, ranges: Mapping[str, Interval], memo: dict) -> tuple:
+    if e in memo:
+        return memo[e]
+    op, args = e.op, e.args
+    if op == "const":
+        r = args[0], args[0]
+    elif op == "sym":
+        lo, hi = ranges.get(args[0], (None, None))
+        r = -_INF if lo is None else lo, _INF if hi is None else hi
+    elif op == "poly":
+        r = args[0], args[0]
+        for mono, k in args[1]:
+            iv = (k, k)
+            for atom, group in itertools.groupby(mono):
+                iv = _imul(iv, _ipow(_bounds(atom, ranges, memo), len(list(group))))
+            r = _xadd(r[0], iv[0]), _xadd(r[1], iv[1])
+    elif op == "if" and _decide(args[0], ranges, memo) is not None:
+        r = _bounds(args[1] if _decide(args[0], ranges, memo) else args[2], ranges, memo)
+    else:
+        (al, ah), (bl, bh) = (_bounds(x, ranges, memo) for x in args[-2:])
+        if op in ("min", "max"):
+            f = min if op == "min" else max
+            r = f(al, bl), f(ah, bh)
+        elif op == "if":
+            r = min(al, bl), max(ah, bh)
+        else:
+            r = (_idiv if op == "floordiv" else _imod)((al, ah), (bl, bh))
+    memo[e] = r
+    return r
+
+
+def _imul(x: tuple, y: tuple) -> tuple:
+    cands = [_xmul(a, b) for a in x for b in y]
+    return min(cands), max(cands)
+
+
+def _decide(b: Expr, ranges: Mapping[str, Interval], memo: dict) -> bool | None:
+    if b.op == "bconst":
+        return b.args[0]
+    if b.op == "not":
+        r = _decide(b.args[0], ranges, memo)
+        return None if r is None else not r
+    if b.op in ("and", "or"):
+        results = [_decide(x, ranges, memo) for x in b.args]
+        absorbing = b.op == "or"  # the operand value that decides the whole junction
+        if any(r is absorbing for r in results):
+            return absorbing
+        return None if any(r is None for r in results) else not absorbing
+    n = normalize(b)
+    if n.op != "rel":
+        return _decide(n, ranges, memo)
+    op, p, _ = n.args
+    lo, hi = _bounds(p, ranges, memo)
+    if op == ">=":
+        return True if lo >= 0 else False if hi < 0 else None
+    is_eq = True if lo == hi == 0 else False if lo > 0 or hi < 0 else None
+    return is_eq if is_eq is None or op == "==" else not is_eq
+
+
+def bounds(e: IntLike, ranges: Mapping[str, Interval]) -> Interval:
+    """Sound ``(lo, hi)`` bounds of int expression ``e`` given symbol ranges; ``None`` means unbounded."""
+    lo, hi = _bounds(_int(e), ranges, {})
+    return (None if isinstance(lo, float) else lo, None if isinstance(hi, float) else hi)
+
+
+def decide_by_bounds(b: BoolLike, ranges: Mapping[str, Interval]) -> bool | None:
+    """True/False when interval bounds prove the boolean ``b`` either way, else None."""
+    return _decide(_bool(b), ranges, {})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Translation to z3 (Python floor semantics for // and %).
+
+_Z3_FNS = {"if": z3.If, "not": z3.Not, "and": z3.And, "or": z3.Or}
+_Z3_FNS.update({"min": lambda a, b: z3.If(a <= b, a, b), "max": lambda a, b: z3.If(a >= b, a, b)})
+
+
+def _z3_div(op: str, a: Any, b: Any, divisor: Expr) -> Any:
+    c = divisor.args[0] if divisor.op == "const" else None
+    if op == "mod":
+        return a % z3.IntVal(c) if c is not None and c > 0 else a - b * _z3_div("floordiv", a, b, divisor)
+    if c is not None:
+        return a / z3.IntVal(c) if c > 0 else (-a) / z3.IntVal(-c)
+    return z3.If(b > 0, a / b, (-a) / (-b))  # z3's Int "/" is Euclidean: floor only for b > 0
+
+
+def _z3(e: Expr, env: dict, memo: dict) -> Any:
+    if e in memo:
+        return memo[e]
+    op, args = e.op, e.args
+    if op in ("const", "bconst"):
+        r = z3.IntVal(args[0]) if op == "const" else z3.BoolVal(args[0])
+    elif op == "sym":
+        if args[0] not in env:
+            env[args[0]] = z3.Int(args[0])
+        r = env[args[0]]
+    elif op == "poly":
+        r = z3.IntVal(args[0])
+        for mono, k in args[1]:
+            r = r + functools.reduce(operator.mul, (_z3(a, env, memo) for a in mono), z3.IntVal(k))
+    elif op == "rel":
+        r = _RELOPS[args[0]](_z3(args[1], env, memo), _z3(args[2], env, memo))
+    elif op in ("floordiv", "mod"):
+        r = _z3_div(op, _z3(args[0], env, memo), _z3(args[1], env, memo), args[1])
+    else:
+        r = _Z3_FNS[op](*(_z3(a, env, memo) for a in args))
+    memo[e] = r
+    return r
+
+
+def to_z3(e: BoolLike | IntLike, env: dict[str, Any] | None = None) -> Any:
+    """Translate ``e`` to a z3 expression; symbols missing from ``env`` get a fresh ``z3.Int`` added to it."""
+    return _z3(as_expr(e), {} if env is None else env, {})

@@ -1,0 +1,217 @@
+"""The z3 solver: from recorded constraints to the smallest sound set of guards and a canonical key.
+
+Steps: merge equalities into symbol classes, detect pinned symbols, drop constraints implied by the
+others, and key the result canonically. Every z3 query has a time limit; on `unknown` the solver keeps
+the stronger guard set and warns. If z3 itself fails, every symbol is pinned (full specialization).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import z3
+
+from specengine.constraints import expr as E
+from specengine.constraints.constraint import Constraint
+from specengine.constraints.decide import Ranges, range_facts
+from specengine.errors import SolverWarning
+from specengine.provenance import Provenance
+
+log = logging.getLogger("specengine.solver")
+
+
+@dataclass(frozen=True)
+class Solution:
+    """The solved constraint set of one entry.
+
+    Attributes:
+        guards: minimized guards over the input symbols (class equalities and pins included).
+        pinned: symbol -> constant.
+        rep: symbol -> representative of its equality class (non-trivial members only).
+        key: canonical, hashable key of the guard set (equivalent sets get equal keys).
+        z3_calls: how many z3 queries solving took.
+    """
+
+    guards: tuple[Constraint, ...]
+    pinned: Mapping[str, int]
+    rep: Mapping[str, str]
+    key: frozenset
+    z3_calls: int = 0
+    warnings: tuple[str, ...] = field(default=())
+
+    def substitution(self) -> dict[str, E.Expr]:
+        sub: dict[str, E.Expr] = {s: E.const(v) for s, v in self.pinned.items()}
+        sub.update({s: E.sym(r) for s, r in self.rep.items() if s not in self.pinned})
+        return sub
+
+
+class _Classes:
+    """Union-find over symbols; the representative is the first symbol in input order."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, s: str) -> str:
+        while self.parent.get(s, s) != s:
+            s = self.parent[s]
+        return s
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = sorted((self.find(a), self.find(b)), key=lambda s: E.sym(s).sort_key)
+        if ra != rb:
+            self.parent[rb] = ra
+
+
+def _linear_parts(n: E.Expr) -> tuple[E.Expr, int] | None:
+    """For a normalized `p == 0`, the pair (p without its constant, constant)."""
+    if n.op != "rel" or n.args[0] != "==":
+        return None
+    p = E.sub(n.args[1], n.args[2])
+    constant = p.args[0] if p.op == "poly" else (p.value if p.is_const else 0)
+    return E.sub(p, constant), constant
+
+
+class Solver:
+    """Solves one trace's constraints. Usage: `Solver(constraints, ranges, hints).solve()`."""
+
+    def __init__(self, constraints: Iterable[Constraint], ranges: Ranges, hints: Mapping[str, int],
+                 timeout_ms: int = 2000):  # fmt: skip
+        self.constraints = list(constraints)
+        self.ranges = dict(ranges)
+        self.hints = dict(hints)
+        self.timeout_ms = timeout_ms
+        self.z3_calls = 0
+        self.notes: list[str] = []
+
+    def solve(self) -> Solution:
+        try:
+            return self._solve()
+        except z3.Z3Exception as exc:
+            warnings.warn(f"specengine: z3 failed ({exc}); specializing every symbol", SolverWarning, stacklevel=4)
+            return self.full_specialization()
+
+    def full_specialization(self) -> Solution:
+        """The strongest guard set: every symbol pinned to its hint."""
+        pins = {s: self.hints[s] for s in self._symbols()}
+        guards = tuple(Constraint(E.eq(E.sym(s), v), Provenance("<solver>", 0, "pin", "fallback")) for s, v in pins.items())
+        return Solution(guards, pins, {}, frozenset(E.normalize(g.expr) for g in guards), self.z3_calls)
+
+    def _symbols(self) -> list[str]:
+        names = set(self.ranges)
+        for c in self.constraints:
+            names |= c.expr.free_symbols()
+        return sorted(names, key=lambda s: E.sym(s).sort_key)
+
+    def _solve(self) -> Solution:
+        classes, pinned, eq_prov = self._classes_and_pins()
+        rep = {s: classes.find(s) for s in self._symbols() if classes.find(s) != s}
+        rest = self._substituted(rep, pinned)
+        for s, v in self._implicit_pins(rest, pinned).items():
+            pinned[s] = v
+            rest = self._substituted(rep, pinned)
+        rest = self._minimize(rest, pinned)
+        guards = self._class_guards(rep, pinned, eq_prov) + tuple(rest)
+        key = frozenset(E.normalize(g.expr) for g in guards)
+        log.debug("solved %d constraints into %d guards with %d z3 calls", len(self.constraints), len(guards),
+                  self.z3_calls)  # fmt: skip
+        return Solution(guards, pinned, rep, key, self.z3_calls, tuple(self.notes))
+
+    def _classes_and_pins(self) -> tuple[_Classes, dict[str, int], dict[str, Provenance]]:
+        classes, pinned, prov = _Classes(), {}, {}
+        for s, (lo, hi) in self.ranges.items():
+            if lo is not None and lo == hi:
+                pinned[s] = lo
+                prov[s] = Provenance("<input>", 0, "pin", "static size")
+        for c in self.constraints:
+            parts = _linear_parts(E.normalize(c.expr))
+            if parts is None:
+                continue
+            p, constant = parts
+            if p.op == "sym":
+                pinned[p.args[0]] = -constant
+                prov.setdefault(p.args[0], c.provenance)
+            elif constant == 0 and p.op == "poly" and _is_difference(p):
+                (m1, _), (m2, _) = p.args[1]
+                classes.union(m1[0].args[0], m2[0].args[0])
+                for m in (m1, m2):
+                    prov.setdefault(m[0].args[0], c.provenance)
+        for s in list(pinned):
+            pinned.update({t: pinned[s] for t in self._symbols() if classes.find(t) == classes.find(s)})
+        return classes, pinned, prov
+
+    def _substituted(self, rep: Mapping[str, str], pinned: Mapping[str, int]) -> list[Constraint]:
+        sub = Solution((), pinned, rep, frozenset()).substitution()
+        out, seen = [], set()
+        for c in self.constraints:
+            e = c.expr.subs(sub)
+            n = E.normalize(e)
+            if n.op == "bconst":
+                assert n.value, f"inconsistent constraint {c.debug_str()}"
+                continue
+            if n not in seen:
+                seen.add(n)
+                out.append(Constraint(e, c.provenance))
+        return out
+
+    def _z3(self) -> z3.Solver:
+        s = z3.Solver()
+        s.set("timeout", self.timeout_ms)
+        return s
+
+    def _check(self, facts: list, what: str) -> z3.CheckSatResult:
+        solver = self._z3()
+        solver.add(*facts)
+        self.z3_calls += 1
+        result = solver.check()
+        if result == z3.unknown:
+            note = f"z3 gave up ({solver.reason_unknown()}) while {what}; keeping the stronger guard set"
+            self.notes.append(note)
+            warnings.warn(f"specengine: {note}", SolverWarning, stacklevel=5)
+        return result
+
+    def _implicit_pins(self, constraints: list[Constraint], pinned: Mapping[str, int]) -> dict[str, int]:
+        """Symbols that the constraints force to one value (e.g. `s0*s0 == 9` with `s0 >= 0`)."""
+        env: dict = {}
+        facts = range_facts(self.ranges, env) + [E.to_z3(c.expr, env) for c in constraints]
+        candidates = sorted({s for c in constraints for s in c.expr.free_symbols()} - set(pinned),
+                            key=lambda s: E.sym(s).sort_key)  # fmt: skip
+        found = {}
+        for s in candidates:
+            if self._check(facts + [E.to_z3(E.sym(s), env) != self.hints[s]], f"checking if {s} is pinned") == z3.unsat:
+                found[s] = self.hints[s]
+        return found
+
+    def _minimize(self, constraints: list[Constraint], pinned: Mapping[str, int]) -> list[Constraint]:
+        """Drop each constraint that the ranges and the remaining constraints imply."""
+        env: dict = {}
+        ranges = {s: r for s, r in self.ranges.items() if s not in pinned}
+        base = range_facts(ranges, env)
+        kept = list(constraints)
+        for c in list(constraints):
+            others = [E.to_z3(o.expr, env) for o in kept if o is not c]
+            if self._check(base + others + [z3.Not(E.to_z3(c.expr, env))], f"minimizing {c}") == z3.unsat:
+                kept.remove(c)
+        return kept
+
+    def _class_guards(self, rep: Mapping[str, str], pinned: Mapping[str, int],
+                      prov: Mapping[str, Provenance]) -> tuple[Constraint, ...]:  # fmt: skip
+        out = []
+        for s in self._symbols():
+            default = Provenance("<solver>", 0)
+            if s in pinned:
+                out.append(Constraint(E.eq(E.sym(s), pinned[s]), prov.get(s, default)))
+            elif s in rep:
+                out.append(Constraint(E.eq(E.sym(s), E.sym(rep[s])), prov.get(s, default)))
+        return tuple(out)
+
+
+def _is_difference(p: E.Expr) -> bool:
+    """`p` is `s_a - s_b` (two symbols, coefficients +1 and -1)."""
+    terms = p.args[1]
+    if len(terms) != 2:
+        return False
+    (m1, c1), (m2, c2) = terms
+    return len(m1) == 1 and len(m2) == 1 and m1[0].op == "sym" and m2[0].op == "sym" and {c1, c2} == {1, -1}

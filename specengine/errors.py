@@ -1,0 +1,26 @@
+"""Errors and warnings the engine raises itself."""
+
+from __future__ import annotations
+
+
+class SpecEngineError(Exception):
+    """Base of every error the engine raises itself."""
+
+
+class UnsupportedOpError(SpecEngineError):
+    """An op, or a use of an op, that the engine cannot trace symbolically.
+
+    The message names the op, the user's source line and what to do instead.
+    """
+
+    def __init__(self, op: str, where: str, hint: str):
+        self.op, self.where, self.hint = op, where, hint
+        super().__init__(f"{op} is not supported by specengine (at {where}): {hint}")
+
+
+class ConstraintViolationError(SpecEngineError):
+    """The program contradicts a constraint the user asked for (e.g. it pins a dim marked dynamic)."""
+
+
+class SolverWarning(UserWarning):
+    """z3 gave up on a query; the engine fell back to a stronger (more specialized) guard set."""

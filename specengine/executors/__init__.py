@@ -1,0 +1,58 @@
+"""Executors and the claiming pass that hands each bound symbol to the first executor that takes it."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from specengine.constraints.expr import Expr
+from specengine.errors import UnsupportedOpError
+from specengine.executors.protocol import Claim, Executor
+from specengine.trace.symbol import BoundSymbol
+from specengine.trace.trace import Trace
+
+__all__ = ["Claim", "Executor", "claim_trace", "resolve_executors"]
+
+
+def resolve_executors(executors: Sequence[Executor | str] | None) -> tuple[Executor, ...]:
+    """Executor objects for names ("torch") and user objects; "torch" is always last as the fallback."""
+    from specengine.executors.torchex import torch_executor
+
+    named = {"torch": torch_executor}
+    out = []
+    for ex in executors or ("torch",):
+        if isinstance(ex, str):
+            if ex not in named:
+                raise ValueError(f"unknown executor {ex!r}; known: {sorted(named)}")
+            ex = named[ex]
+        out.append(ex)
+    if torch_executor not in out:
+        out.append(torch_executor)
+    return tuple(out)
+
+
+def claim_trace(trace: Trace, executors: Sequence[Executor]) -> tuple[Trace, list[tuple[Expr, BoundSymbol]]]:
+    """Hand each bound symbol to the first executor that claims it; unclaimed ops are decomposed.
+
+    Returns:
+        The claimed trace and the needs-constant requests, each with the bound symbol that made it.
+    """
+    bsyms: list[BoundSymbol] = []
+    requests: list[tuple[Expr, BoundSymbol]] = []
+    for bsym in trace.bsyms:
+        _claim(bsym, executors, bsyms, requests)
+    return trace.with_("Claiming (executors: " + ", ".join(e.name for e in executors) + ")",
+                       bsyms=tuple(bsyms)), requests  # fmt: skip
+
+
+def _claim(bsym: BoundSymbol, executors: Sequence[Executor], out: list, requests: list) -> None:
+    for ex in executors:
+        claim = ex.claim(bsym)
+        if claim is not None:
+            out.append(bsym.with_(sym=claim.impl, subsymbols=()))
+            requests.extend((e, bsym) for e in claim.needs_constant if not e.is_const)
+            return
+    if not bsym.subsymbols:
+        where = bsym.source.where if bsym.source else "<unknown>"
+        raise UnsupportedOpError(bsym.sym.print_name, where, "no executor claims it; add the torch executor")
+    for sub in bsym.subsymbols:
+        _claim(sub.with_(source=sub.source or bsym.source), executors, out, requests)

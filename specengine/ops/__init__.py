@@ -1,0 +1,1 @@
+"""Ops: primitives (`prims`) and torch-level ops decomposed into them (`ltorch`)."""

@@ -1,0 +1,244 @@
+"""Torch-level ops: each is a decomposition into prims, registered with the torch callables it replaces.
+
+The torch executor runs these directly with their torch implementation; the decomposition records the
+op's symbolic shape rules and decisions, and serves executors that only run prims.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from specengine.constraints import expr as E
+from specengine.executors import torchex
+from specengine.ops import prims
+from specengine.ops.registry import torchop
+from specengine.ops.utils import (
+    broadcast_shapes,
+    canonical_dims,
+    convert,
+    decide,
+    expand_to,
+    fmt_shape,
+    meta_call,
+)
+from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, value_expr
+
+# Elementwise.
+
+
+def _operand(x: Any) -> Any:
+    """Numbers enter prims as int Exprs (symbolic) or Python scalars; tensors as they are."""
+    if isinstance(x, NumberProxy):
+        return x.expr if x.python_type is int else x.hint
+    if isinstance(x, torch.Tensor):
+        raise unsupported("a tensor closed over from outside", "pass the tensor as an argument (issue 4)")
+    return x
+
+
+def elementwise(prim: Any, torch_fn: Any, *args: Any, compare: bool = False, **kwargs: Any) -> TensorProxy:
+    """Type-promote (torch's rules, via meta), broadcast and apply an elementwise prim."""
+    out_dtype = meta_call(torch_fn, *args, **kwargs).dtype
+    compute = torch.result_type(*(_meta_or_value(a) for a in args[:2])) if compare else out_dtype
+    shape = broadcast_shapes(*(a.dims for a in args if isinstance(a, TensorProxy)))
+    operands = [convert(expand_to(_operand(a), shape), compute) for a in args]
+    out = prims.PRIMS[prim](*operands, **kwargs)
+    return convert(out, out_dtype)
+
+
+def _meta_or_value(a: Any) -> Any:
+    from specengine.ops.utils import meta_value
+
+    return meta_value(a)
+
+
+def _unary(name: str, torch_fn: Any, prim: str | None = None, extra: tuple = ()) -> Any:
+    methods = (name, *extra)
+
+    def decomposition(a: TensorProxy) -> TensorProxy:
+        return elementwise(prim or name, torch_fn, a)
+
+    decomposition.__name__ = name
+    return torchop(torch_fn, getattr(torch.Tensor, name), name=name, methods=methods)(decomposition)
+
+
+neg = _unary("neg", torch.neg, extra=("__neg__",))
+abs = _unary("abs", torch.abs, extra=("__abs__",))  # noqa: A001
+exp = _unary("exp", torch.exp)
+log = _unary("log", torch.log)
+tanh = _unary("tanh", torch.tanh)
+sigmoid = _unary("sigmoid", torch.sigmoid)
+
+
+@torchop(torch.relu, torch.Tensor.relu, F.relu, name="relu", methods=("relu",))
+def relu(a: TensorProxy, inplace: bool = False) -> TensorProxy:
+    if inplace:
+        raise unsupported("relu(inplace=True)", "in-place ops arrive with issue 4; use inplace=False")
+    meta_call(torch.relu, a)
+    return prims.maximum(a, 0)
+
+
+@torchop(torch.add, torch.Tensor.add, name="add", methods=("add", "__add__", "__radd__"))
+def add(a: Any, b: Any, *, alpha: Any = 1) -> TensorProxy:
+    if alpha != 1:
+        b = mul(b, alpha)
+    return elementwise("add", torch.add, a, b)
+
+
+@torchop(torch.sub, torch.Tensor.sub, name="sub", methods=("sub", "__sub__"))
+def sub(a: Any, b: Any, *, alpha: Any = 1) -> TensorProxy:
+    if alpha != 1:
+        b = mul(b, alpha)
+    return elementwise("sub", torch.sub, a, b)
+
+
+@torchop(torch.rsub, name="rsub", methods=("__rsub__",))
+def rsub(a: Any, b: Any, *, alpha: Any = 1) -> TensorProxy:
+    return sub(b, a, alpha=alpha)
+
+
+@torchop(torch.mul, torch.Tensor.mul, name="mul", methods=("mul", "__mul__", "__rmul__"))
+def mul(a: Any, b: Any) -> TensorProxy:
+    return elementwise("mul", torch.mul, a, b)
+
+
+@torchop(torch.div, torch.Tensor.div, torch.true_divide, name="div", methods=("div", "__truediv__"))
+def div(a: Any, b: Any, *, rounding_mode: str | None = None) -> TensorProxy:
+    return elementwise("div", torch.div, a, b, rounding_mode=rounding_mode)
+
+
+@torchop(torchex.rdiv, name="rdiv", methods=("__rtruediv__",))
+def rdiv(a: Any, b: Any) -> TensorProxy:
+    return div(b, a)
+
+
+@torchop(torch.pow, torch.Tensor.pow, name="pow", methods=("pow", "__pow__"))
+def pow(a: Any, b: Any) -> TensorProxy:  # noqa: A001
+    return elementwise("pow", torch.pow, a, b)
+
+
+@torchop(torchex.rpow, name="rpow", methods=("__rpow__",))
+def rpow(a: Any, b: Any) -> TensorProxy:
+    return pow(b, a)
+
+
+def _comparison(name: str) -> Any:
+    torch_fn = getattr(torch, name)
+
+    def decomposition(a: Any, b: Any) -> TensorProxy:
+        return elementwise(name, torch_fn, a, b, compare=True)
+
+    decomposition.__name__ = name
+    return torchop(torch_fn, getattr(torch.Tensor, name), name=name, methods=(name, f"__{name}__"))(decomposition)
+
+
+eq = _comparison("eq")
+ne = _comparison("ne")
+lt = _comparison("lt")
+le = _comparison("le")
+gt = _comparison("gt")
+ge = _comparison("ge")
+
+
+@torchop(torch.where, torch.Tensor.where, name="where", methods=("where",))
+def where(condition: TensorProxy, input: Any = None, other: Any = None) -> TensorProxy:
+    if input is None or other is None:
+        raise unsupported("torch.where(condition)", "its output shape is data-dependent; pass both branches")
+    out_dtype = meta_call(torch.where, condition, input, other).dtype
+    shape = broadcast_shapes(*(x.dims for x in (condition, input, other) if isinstance(x, TensorProxy)))
+    cond = expand_to(condition, shape)
+    a, b = (convert(expand_to(_operand(x), shape), out_dtype) for x in (input, other))
+    if not isinstance(a, TensorProxy) and not isinstance(b, TensorProxy):
+        a = prims.convert_element_type(prims.broadcast_in_dim(_full_like_scalar(cond), shape, ()), out_dtype)
+    return prims.where(cond, a, b)
+
+
+def _full_like_scalar(cond: TensorProxy) -> TensorProxy:
+    raise unsupported("torch.where(cond, scalar, scalar)", "make one branch a tensor (issue 4)")
+
+
+# Reductions.
+
+
+def _keep(out: TensorProxy, a: TensorProxy, dims: tuple, keepdim: bool) -> TensorProxy:
+    if not keepdim or a.ndim == 0:
+        return out
+    shape = tuple(E.const(1) if i in dims else d for i, d in enumerate(a.dims))
+    kept = tuple(i for i in range(a.ndim) if i not in dims)
+    return prims.broadcast_in_dim(out, shape, kept)
+
+
+@torchop(torch.sum, torch.Tensor.sum, name="sum", methods=("sum",))
+def sum(a: TensorProxy, dim: Any = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Any:  # noqa: A001
+    out_dtype = meta_call(torch.sum, a, dim, keepdim, dtype=dtype).dtype if dim is not None else (
+        meta_call(torch.sum, a, dtype=dtype).dtype
+    )
+    dims = canonical_dims(dim, a.ndim)
+    out = prims.sum(convert(a, out_dtype), dims)
+    return _keep(out, a, dims, keepdim)
+
+
+@torchop(torch.mean, torch.Tensor.mean, name="mean", methods=("mean",))
+def mean(a: TensorProxy, dim: Any = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Any:
+    out_dtype = (meta_call(torch.mean, a, dim, keepdim, dtype=dtype) if dim is not None else
+                 meta_call(torch.mean, a, dtype=dtype)).dtype  # fmt: skip
+    dims = canonical_dims(dim, a.ndim)
+    total = prims.sum(convert(a, out_dtype), dims)
+    count = E.const(1)
+    for i in dims:
+        count = E.mul(count, a.dims[i])
+    return _keep(prims.div(total, count), a, dims, keepdim)
+
+
+@torchop(torch.amax, torch.Tensor.amax, name="amax", methods=("amax",))
+def amax(a: TensorProxy, dim: Any = (), keepdim: bool = False) -> Any:
+    meta_call(torch.amax, a, dim, keepdim)
+    dims = canonical_dims(dim, a.ndim)
+    for i in dims:
+        if not decide(E.ne(a.dims[i], 0), "amax", f"reduction over dim {i} needs a non-empty dim"):
+            raise IndexError(
+                f"amax(): Expected reduction dim {i} to have non-zero size."
+            )
+    return _keep(prims.amax(a, dims), a, dims, keepdim)
+
+
+# Matmul.
+
+
+def _check_inner(k1: E.Expr, k2: E.Expr, a: TensorProxy, b: TensorProxy) -> None:
+    if not decide(E.eq(k1, k2), "matmul", "inner dims must match"):
+        ashape = "x".join(fmt_shape(a.dims)[1:-1].split(", ")) if a.ndim else "1"
+        bshape = "x".join(fmt_shape(b.dims)[1:-1].split(", ")) if b.ndim else "1"
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({ashape} and {bshape})")
+
+
+@torchop(torch.matmul, torch.Tensor.matmul, name="matmul", methods=("matmul", "__matmul__"))
+def matmul(a: TensorProxy, b: TensorProxy) -> TensorProxy:
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError("both arguments to matmul need to be at least 1D, but they are "
+                           f"{a.ndim}D and {b.ndim}D")  # fmt: skip
+    meta_call(torch.matmul, a, b)
+    _check_inner(a.dims[-1], b.dims[0] if b.ndim == 1 else b.dims[-2], a, b)
+    if a.ndim == 1 and b.ndim == 1:
+        return prims.sum(prims.mul(a, expand_to(b, a.dims)), (0,))
+    a2 = prims.broadcast_in_dim(a, (E.const(1), a.dims[0]), (1,)) if a.ndim == 1 else a
+    b2 = prims.broadcast_in_dim(b, (b.dims[0], E.const(1)), (0,)) if b.ndim == 1 else b
+    batch = broadcast_shapes(a2.dims[:-2], b2.dims[:-2])
+    out = prims.matmul(expand_to(a2, batch + a2.dims[-2:]), expand_to(b2, batch + b2.dims[-2:]))
+    if a.ndim == 1:
+        out = prims.squeeze(out, (out.ndim - 2,))
+    if b.ndim == 1:
+        out = prims.squeeze(out, (out.ndim - 1,))
+    return out
+
+
+@torchop(operator.rmatmul if hasattr(operator, "rmatmul") else torchex.rmatmul, name="rmatmul",
+         methods=("__rmatmul__",), impl=torchex.rmatmul)  # fmt: skip
+def rmatmul(a: TensorProxy, b: TensorProxy) -> TensorProxy:
+    return matmul(b, a)
+
+
+from specengine.ops.ltorch_shape import *  # noqa: E402,F403 - shape ops are `ltorch.*` too

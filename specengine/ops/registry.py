@@ -1,0 +1,84 @@
+"""The table from torch callables to specengine symbols, and the torch-function mode used while tracing."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from specengine.trace.proxies import Proxy, TensorProxy, unsupported
+from specengine.trace.symbol import Symbol, tree_leaves
+
+TORCH_TABLE: dict[Callable, Symbol] = {}
+
+_NAMESPACES = (
+    ("torch", torch),
+    ("torch.Tensor", torch.Tensor),
+    ("torch.nn.functional", torch.nn.functional),
+)
+
+
+def torch_print_name(fn: Callable) -> tuple[str, str]:
+    """(module, name) under which `fn` can be printed in a trace, e.g. ("torch", "add")."""
+    name = getattr(fn, "__name__", None)
+    for module, ns in _NAMESPACES:
+        if name is not None and getattr(ns, name, None) is fn:
+            return module, name
+    if getattr(fn, "__module__", None) == "specengine.executors.torchex":
+        return "tex", name
+    raise ValueError(f"{fn!r} has no printable name")
+
+
+def _as_method(sym: Symbol) -> Callable:
+    def method(self: TensorProxy, *args: Any, **kwargs: Any) -> Any:
+        return sym(self, *args, **kwargs)
+
+    method.__name__ = sym.name
+    return method
+
+
+def torchop(*torch_fns: Callable, name: str | None = None, methods: tuple[str, ...] = (), impl=None):
+    """Define a torch-level op: the decorated function is its decomposition into prims.
+
+    Args:
+        torch_fns: torch callables that map to this op while tracing.
+        name: the op's name (default: the function's name).
+        methods: TensorProxy methods and operators bound to this op.
+        impl: what the torch executor calls (default: the first of `torch_fns`).
+
+    Returns:
+        A decorator that returns the op's Symbol.
+    """
+
+    def deco(decomposition: Callable) -> Symbol:
+        sym = Symbol(name or decomposition.__name__, "ltorch", meta=decomposition, impl=impl or torch_fns[0])
+        for fn in torch_fns:
+            TORCH_TABLE[fn] = sym
+        for m in methods:
+            setattr(TensorProxy, m, _as_method(sym))
+        return sym
+
+    return deco
+
+
+def has_proxy(tree: Any) -> bool:
+    return any(isinstance(x, Proxy) for x in tree_leaves(tree))
+
+
+def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """Route a torch call seen while tracing to its symbol; calls without proxies run eagerly."""
+    if not has_proxy((args, kwargs)):
+        return func(*args, **kwargs)
+    sym = TORCH_TABLE.get(func)
+    if sym is not None:
+        return sym(*args, **kwargs)
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+    raise unsupported(f"torch.{name}", "specengine has no symbolic rule for this op yet; call it eagerly")
+
+
+class TraceMode(TorchFunctionMode):
+    """Captures `torch.*` calls while tracing, including those with no proxy among their arguments."""
+
+    def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None):
+        return dispatch_torch(func, args, kwargs or {})

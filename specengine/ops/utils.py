@@ -1,0 +1,121 @@
+"""Helpers shared by torch-level ops: decisions, dims, broadcasting and type promotion."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from specengine.constraints import expr as E
+from specengine.trace import context
+from specengine.trace.proxies import NumberProxy, TensorProxy, value_expr
+
+
+def decide(b: E.Expr, op: str, reason: str) -> bool:
+    """Decide a comparison on symbols (a constraint is recorded unless it is implied)."""
+    return context.require().decide(b, op, reason)
+
+
+def hint(e: Any) -> int:
+    """The example value of an int, Expr or NumberProxy (for error messages and meta calls)."""
+    e = value_expr(e)
+    return e.eval(context.require().decider.hints)
+
+
+def fmt_shape(dims: Sequence) -> str:
+    return "[" + ", ".join(str(hint(d)) for d in dims) + "]"
+
+
+def canonical_dim(dim: Any, ndim: int) -> int:
+    """A dim index in [0, ndim), raising IndexError as torch does."""
+    dim = int(dim)
+    rank = max(ndim, 1)
+    if not -rank <= dim < rank:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})")
+    return dim % rank
+
+
+def canonical_dims(dims: Any, ndim: int) -> tuple[int, ...]:
+    """Reduction dims: None or () means every dim."""
+    if dims is None or (isinstance(dims, (tuple, list)) and len(dims) == 0):
+        return tuple(range(ndim))
+    if not isinstance(dims, (tuple, list)):
+        dims = (dims,)
+    out = tuple(canonical_dim(d, ndim) for d in dims)
+    if len(set(out)) != len(out):
+        raise RuntimeError(f"dim {out} appears multiple times in the list of dims")
+    return tuple(sorted(out))
+
+
+def shape_arg(args: tuple) -> tuple:
+    """Sizes given as varargs or as one sequence."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)):
+        return tuple(args[0])
+    return tuple(args)
+
+
+def broadcast_pair(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
+    """The broadcast of two dims; each decision that is not implied becomes a constraint."""
+    if x is y:
+        return x
+    if decide(E.eq(x, 1), "broadcast", f"is dim {index} of the left operand 1"):
+        return y
+    if decide(E.eq(y, 1), "broadcast", f"is dim {index} of the right operand 1"):
+        return x
+    if decide(E.eq(x, y), "broadcast", f"dim {index} must match"):
+        return x
+    raise RuntimeError(
+        f"The size of tensor a ({hint(x)}) must match the size of tensor b ({hint(y)}) "
+        f"at non-singleton dimension {index}"
+    )
+
+
+def broadcast_shapes(*shapes: tuple) -> tuple:
+    ndim = max((len(s) for s in shapes), default=0)
+    out: list[E.Expr] = [E.const(1)] * ndim
+    for shape in shapes:
+        padded = (E.const(1),) * (ndim - len(shape)) + tuple(shape)
+        out = [broadcast_pair(a, b, i) for i, (a, b) in enumerate(zip(out, padded))]
+    return tuple(out)
+
+
+def expand_to(a: Any, dims: tuple) -> Any:
+    """`a` broadcast to `dims` with prims.broadcast_in_dim (numbers pass through)."""
+    from specengine.ops import prims
+
+    if not isinstance(a, TensorProxy) or a.dims == dims:
+        return a
+    offset = len(dims) - a.ndim
+    return prims.broadcast_in_dim(a, dims, tuple(range(offset, len(dims))))
+
+
+def convert(a: Any, dtype: torch.dtype) -> Any:
+    from specengine.ops import prims
+
+    if isinstance(a, TensorProxy) and a.dtype != dtype:
+        return prims.convert_element_type(a, dtype)
+    return a
+
+
+def meta_value(x: Any) -> Any:
+    """A stand-in for dtype rules: a meta tensor of the same rank and dtype, or the hint of a number."""
+    if isinstance(x, TensorProxy):
+        return torch.empty((1,) * x.ndim, dtype=x.dtype, device="meta")
+    if isinstance(x, NumberProxy):
+        return x.hint
+    if isinstance(x, (tuple, list)):
+        return type(x)(meta_value(v) for v in x)
+    return x
+
+
+def meta_call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Run `fn` on meta stand-ins, for torch's own dtype rules and dtype errors.
+
+    Records that the trace depends on the default dtype when a floating result comes from no input.
+    """
+    out = fn(*(meta_value(a) for a in args), **{k: meta_value(v) for k, v in kwargs.items()})
+    first = out[0] if isinstance(out, tuple) else out
+    in_dtypes = {a.dtype for a in args if isinstance(a, TensorProxy)}
+    if first.dtype.is_floating_point and first.dtype not in in_dtypes:
+        context.require().uses_default_dtype = True
+    return out

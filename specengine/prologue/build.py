@@ -1,0 +1,158 @@
+"""Builds the check list of a prologue from input specs, a solution and the global state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from specengine.constraints import expr as E
+from specengine.constraints.solver import Solution
+from specengine.prologue.codegen import Check, Guard, Prologue, _signature
+from specengine.prologue.inputs import ConstSpec, DictSpec, InputSpecs, IntSpec, SeqSpec, TensorSpec
+
+
+class _Steps:
+    def __init__(self, specs: InputSpecs):
+        self.specs = specs
+        self.steps: list = []
+        self.glb: dict[str, Any] = {"torch": torch}
+
+    def name(self, value: Any, hint: str) -> str:
+        """A global holding `value` (types, dtypes, constants)."""
+        for k, v in self.glb.items():
+            if v is value:
+                return k
+        key = f"_{hint}{len(self.glb)}"
+        self.glb[key] = value
+        return key
+
+    def check(self, fail: str, text: str, *values: tuple[str, str], provenance: str = "") -> None:
+        self.steps.append(Check(fail, text, tuple(values), provenance))
+
+
+def _type_check(st: _Steps, spec: Any, expected: type) -> None:
+    st.check(f"type({spec.local}) is not {st.name(expected, 'type')}", f"type({spec.path}) is {expected.__name__}",
+             (f"type({spec.path})", f"type({spec.local})"))  # fmt: skip
+
+
+def _unpack(st: _Steps, spec: Any, needed: set[str], pinned: dict[str, int]) -> None:
+    """Type and structure checks, then locals for children, recursively."""
+    if isinstance(spec, TensorSpec):
+        _type_check(st, spec, spec.type)
+        _tensor_checks(st, spec)
+    elif isinstance(spec, IntSpec):
+        _type_check(st, spec, int)
+    elif isinstance(spec, ConstSpec):
+        _const_check(st, spec)
+    elif isinstance(spec, SeqSpec):
+        _type_check(st, spec, spec.type)
+        st.check(f"len({spec.local}) != {len(spec.children)}", f"len({spec.path}) == {len(spec.children)}",
+                 (f"len({spec.path})", f"len({spec.local})"))  # fmt: skip
+        for i, c in enumerate(spec.children):
+            st.steps.append(f"{c.local} = {spec.local}[{i}]")
+            _unpack(st, c, needed, pinned)
+    elif isinstance(spec, DictSpec):
+        _type_check(st, spec, dict)
+        keys = st.name(list(spec.keys), "keys")
+        st.check(f"list({spec.local}) != {keys}", f"list({spec.path}) == {list(spec.keys)!r}",
+                 (f"list({spec.path})", f"list({spec.local})"))  # fmt: skip
+        for k, c in zip(spec.keys, spec.children):
+            st.steps.append(f"{c.local} = {spec.local}[{k!r}]")
+            _unpack(st, c, needed, pinned)
+
+
+def _tensor_checks(st: _Steps, spec: TensorSpec) -> None:
+    x, p = spec.local, spec.path
+    st.check(f"{x}.dtype is not {st.name(spec.dtype, 'dtype')}", f"{p}.dtype is {spec.dtype}", (f"{p}.dtype", f"{x}.dtype"))
+    dev = spec.device
+    if dev.type == "cpu":
+        fail = f"not {x}.is_cpu"
+    elif dev.type == "cuda":
+        fail = f"not {x}.is_cuda or {x}.get_device() != {dev.index or 0}"
+    else:
+        fail = f"{x}.device != {st.name(dev, 'device')}"
+    st.check(fail, f"{p}.device == {str(dev)!r}", (f"{p}.device", f"{x}.device"))
+    st.check(f"{x}.ndim != {len(spec.symbols)}", f"{p}.ndim == {len(spec.symbols)}", (f"{p}.ndim", f"{x}.ndim"))
+    rg = f"{'not ' if spec.requires_grad else ''}{x}.requires_grad"
+    st.check(rg, f"{p}.requires_grad is {spec.requires_grad}", (f"{p}.requires_grad", f"{x}.requires_grad"))
+
+
+def _const_check(st: _Steps, spec: ConstSpec) -> None:
+    v, x, p = spec.value, spec.local, spec.path
+    if v is None or isinstance(v, bool) or v is Ellipsis:
+        st.check(f"{x} is not {v!r}", f"{p} is {v!r}", (p, x))
+    elif type(v) in (float, str, complex, bytes):
+        st.check(f"type({x}) is not {type(v).__name__} or {x} != {st.name(v, 'const')}", f"{p} == {v!r}", (p, x))
+    else:
+        st.check(f"{x} is not {st.name(v, 'obj')}", f"{p} is the object seen at compile time", (p, x))
+
+
+def _symbol_sources(specs: InputSpecs) -> dict[str, tuple[Any, int | None]]:
+    """symbol -> (spec, dim) for tensor dims, (spec, None) for int inputs."""
+    out: dict[str, tuple[Any, int | None]] = {}
+    for leaf in specs.leaves():
+        if isinstance(leaf, TensorSpec):
+            out.update({s: (leaf, d) for d, s in enumerate(leaf.symbols)})
+        else:
+            out[leaf.symbol] = (leaf, None)
+    return out
+
+
+def _read_symbols(st: _Steps, needed: set[str], pinned: dict[str, int]) -> None:
+    """Read each needed tensor's shape once; check constant dims; bind the remaining symbols to locals."""
+    sources = _symbol_sources(st.specs)
+    tensors = [leaf for leaf in st.specs.leaves() if isinstance(leaf, TensorSpec)]
+    for t in tensors:
+        if any(s in needed or s in pinned for s in t.symbols):
+            st.steps.append(f"{t.local}_shape = {t.local}.shape")
+    for s, v in pinned.items():
+        spec, d = sources[s]
+        local = f"{spec.local}_shape[{d}]" if d is not None else spec.local
+        st.check(f"{local} != {v}", f"{st.specs.sources[s]} == {v}", (st.specs.sources[s], local),
+                 provenance="constant dim" if d is not None else "constant int")  # fmt: skip
+    for s in sorted(needed - set(pinned), key=lambda s: E.sym(s).sort_key):
+        spec, d = sources[s]
+        if d is not None:
+            st.steps.append(f"{s} = {spec.local}_shape[{d}]")
+        elif spec.local != s:
+            st.steps.append(f"{s} = {spec.local}")
+
+
+def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: list[str], comp_symbols: set[str],
+                   grad_enabled: bool, default_dtype: torch.dtype | None) -> tuple[Prologue, list[Guard]]:  # fmt: skip
+    """The prologue of one entry and its guards (printed over input names).
+
+    Args:
+        name: the prologue's function name (the user's function name, so arity errors read naturally).
+        specs: the inputs the entry was traced with.
+        solution: the solved constraints.
+        returns: locals the prologue returns, in the computation's parameter order.
+        comp_symbols: symbols the computation needs.
+        grad_enabled: the grad mode the entry was traced under.
+        default_dtype: the default dtype, if the trace depends on it.
+    """
+    st = _Steps(specs)
+    for p in specs.params:
+        _unpack(st, p, set(), dict(solution.pinned))
+    unpinned = [g for g in solution.guards if not _is_pin(g.expr, solution.pinned)]
+    needed = set(comp_symbols).union(*(g.expr.free_symbols() for g in unpinned))
+    _read_symbols(st, needed, dict(solution.pinned))
+    src = specs.sources.__getitem__
+    guards = [Guard(g, g.expr.to_python(src)) for g in solution.guards]
+    for g in unpinned:
+        values = tuple((src(s), s) for s in sorted(g.expr.free_symbols(), key=lambda s: E.sym(s).sort_key))
+        st.check(f"not ({g.expr.to_python()})", g.expr.to_python(src), *values, provenance=str(g.provenance))
+    grad = st.name(torch.is_grad_enabled, "grad")
+    st.check(f"{'not ' if grad_enabled else ''}{grad}()", f"torch.is_grad_enabled() is {grad_enabled}",
+             ("torch.is_grad_enabled()", f"{grad}()"))  # fmt: skip
+    if default_dtype is not None:
+        getter = st.name(torch.get_default_dtype, "default_dtype")
+        st.check(f"{getter}() is not {st.name(default_dtype, 'dtype')}", f"torch.get_default_dtype() is {default_dtype}",
+                 ("torch.get_default_dtype()", f"{getter}()"))  # fmt: skip
+    signature = _signature(specs.signature, st.glb)
+    return Prologue(name, st.steps, returns, st.glb, signature), guards
+
+
+def _is_pin(e: E.Expr, pinned: dict[str, int]) -> bool:
+    return e.op == "rel" and e.args[0] == "==" and e.args[1].op == "sym" and e.args[1].args[0] in pinned and e.args[2].is_const

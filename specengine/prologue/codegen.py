@@ -1,0 +1,136 @@
+"""Prologue generation: plain Python that checks a call's inputs against an entry and extracts symbols.
+
+Checks come in this order: arity (the prologue has the user's signature) and types; tensor dtype,
+device, rank and requires_grad; constant dims; the solved guards; grad mode and default dtype. The
+same check list also generates an explainer, which reports the first failing check with actual values.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from specengine.codegen import exec_source
+from specengine.constraints import expr as E
+from specengine.constraints.constraint import Constraint
+from specengine.constraints.solver import Solution
+from specengine.prologue.inputs import ConstSpec, DictSpec, InputSpecs, IntSpec, SeqSpec, TensorSpec
+
+
+@dataclass(frozen=True)
+class Check:
+    """One prologue check: `fail` is Python over prologue locals that is true when the check fails."""
+
+    fail: str
+    text: str  # what must hold, over input names
+    values: tuple[tuple[str, str], ...] = ()  # (label, local expression) to report on failure
+    provenance: str = ""
+
+    def message(self, env: dict[str, Any]) -> str:
+        where = f" ({self.provenance})" if self.provenance else ""
+        shown = ", ".join(f"{label} = {_show(eval(src, {}, env))}" for label, src in self.values)
+        return f"{self.text}{where} failed" + (f": {shown}" if shown else "")
+
+
+def _show(v: Any) -> str:
+    return v.__name__ if isinstance(v, type) else repr(v)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A solved guard, printed as a Python expression over the inputs (e.g. `a.shape[0] > 2`)."""
+
+    constraint: Constraint
+    text: str
+
+    @property
+    def expr(self) -> E.Expr:
+        return self.constraint.expr
+
+    @property
+    def provenance(self) -> Any:
+        return self.constraint.provenance
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"Guard({self.text!r}, {self.provenance})"
+
+
+class Prologue:
+    """The generated prologue of one entry: `str(prologue)` is its source; calling it checks inputs.
+
+    It returns the computation's arguments, or None when the inputs do not fit the entry.
+    """
+
+    def __init__(self, name: str, steps: list, returns: Sequence[str], glb: dict[str, Any], sig: str):
+        self.name = name
+        self.steps = steps
+        self.source = _render(name, sig, steps, returns, fast=True)
+        self.fn: Callable = exec_source(self.source, name, glb)
+        self._explain = exec_source(_render(name, sig, steps, returns, fast=False), name, glb)
+
+    def __str__(self) -> str:
+        return self.source
+
+    def python(self) -> str:
+        return self.source
+
+    def python_callable(self) -> Callable:
+        return self.fn
+
+    def explain(self, args: tuple, kwargs: dict) -> str | None:
+        """The first failing check for these inputs, with actual values; None if all pass."""
+        index, env = self._explain(*args, **kwargs)
+        checks = [s for s in self.steps if isinstance(s, Check)]
+        return None if index < 0 else checks[index].message(env)
+
+
+def _render(name: str, sig: str, steps: list, returns: Sequence[str], fast: bool) -> str:
+    lines = [f"def {name}{sig}:"]
+    pending: list[str] = []
+    k = 0
+
+    def flush() -> None:
+        if pending:
+            lines.append(f"  if {' or '.join(pending)}: return None")
+            pending.clear()
+
+    for step in steps:
+        if isinstance(step, Check):
+            if fast:
+                pending.append(step.fail)
+            else:
+                lines.append(f"  if {step.fail}: return {k}, locals()")
+            k += 1
+        else:
+            flush()
+            lines.append(f"  {step}")
+    flush()
+    ret = "(" + "".join(f"{r}, " for r in returns) + ")"
+    lines.append(f"  return {ret}" if fast else "  return -1, locals()")
+    return "\n".join(lines) + "\n"
+
+
+class _Name:
+    """Prints as a bare name (used to print defaults in the prologue's signature)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _signature(sig: inspect.Signature, glb: dict[str, Any]) -> str:
+    params = []
+    for p in sig.parameters.values():
+        if p.default is not inspect.Parameter.empty:
+            glb[f"_default_{p.name}"] = p.default
+            p = p.replace(default=_Name(f"_default_{p.name}"))
+        params.append(p.replace(annotation=inspect.Parameter.empty))
+    return str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))

@@ -1,0 +1,157 @@
+"""Input specs: what a compiled entry assumes about each input, and the symbols its sizes and ints get.
+
+Specs are built from one call's arguments. Every tensor dim and every int input gets a symbol; the
+dynamic mode only decides each symbol's range (a pinned range `[hint, hint]` under `dynamic=False`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from specengine.constraints import expr as E
+
+Range = tuple[int | None, int | None]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    path: str
+    local: str
+    type: type
+    dtype: torch.dtype
+    device: torch.device
+    requires_grad: bool
+    symbols: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class IntSpec:
+    path: str
+    local: str
+    symbol: str
+
+
+@dataclass(frozen=True)
+class ConstSpec:
+    path: str
+    local: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class SeqSpec:
+    path: str
+    local: str
+    type: type
+    children: tuple
+
+
+@dataclass(frozen=True)
+class DictSpec:
+    path: str
+    local: str
+    keys: tuple
+    children: tuple
+
+
+@dataclass
+class InputSpecs:
+    """The inputs of one call: a spec per parameter, plus the symbols and their hints and ranges."""
+
+    signature: inspect.Signature
+    params: tuple  # one spec per parameter, in signature order
+    hints: dict[str, int] = field(default_factory=dict)
+    ranges: dict[str, Range] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)  # symbol -> Python text over input names
+
+    def leaves(self) -> list:
+        """Tensor and int specs, depth first (the order of the traced function's parameters)."""
+        out: list = []
+
+        def visit(spec: Any) -> None:
+            if isinstance(spec, (TensorSpec, IntSpec)):
+                out.append(spec)
+            for child in getattr(spec, "children", ()):
+                visit(child)
+
+        for p in self.params:
+            visit(p)
+        return out
+
+
+def _local_name(path: str) -> str:
+    return re.sub(r"\W+", "_", path).strip("_") or "x"
+
+
+class _Builder:
+    def __init__(self, dynamic: bool | None):
+        self.dynamic = dynamic
+        self.specs: InputSpecs | None = None
+        self.locals: set[str] = set()
+        self.n_dims = 0
+
+    def local(self, path: str) -> str:
+        base = name = _local_name(path)
+        k = 0
+        while name in self.locals or re.fullmatch(r"[sit]\d+", name):
+            k += 1
+            name = f"{base}_{k}"
+        self.locals.add(name)
+        return name
+
+    def symbol(self, name: str, hint: int, source: str, lo: int | None) -> str:
+        specs = self.specs
+        specs.hints[name] = hint
+        specs.ranges[name] = (lo, None) if self.dynamic is not False else (hint, hint)
+        specs.sources[name] = source
+        return name
+
+    def build(self, path: str, value: Any) -> Any:
+        local = self.local(path)
+        if isinstance(value, torch.Tensor):
+            syms = []
+            for d, size in enumerate(value.shape):
+                name = f"s{self.n_dims}"
+                self.n_dims += 1
+                syms.append(self.symbol(name, int(size), f"{path}.shape[{d}]", 0))
+            return TensorSpec(path, local, type(value), value.dtype, value.device, value.requires_grad, tuple(syms))
+        if type(value) is int:
+            return IntSpec(path, local, self.symbol(local, value, path, None))
+        if type(value) in (list, tuple):
+            children = tuple(self.build(f"{path}[{i}]", v) for i, v in enumerate(value))
+            return SeqSpec(path, local, type(value), children)
+        if type(value) is dict and all(type(k) in (str, int) for k in value):
+            children = tuple(self.build(f"{path}[{k!r}]", v) for k, v in value.items())
+            return DictSpec(path, local, tuple(value), children)
+        return ConstSpec(path, local, value)
+
+
+def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | None) -> InputSpecs:
+    """Specs for one call of `fn`; raises TypeError for a bad call, as calling `fn` would."""
+    signature = inspect.signature(fn)
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    builder = _Builder(dynamic)
+    builder.specs = specs = InputSpecs(signature, ())
+    for p in signature.parameters.values():
+        builder.locals.add(p.name)
+    specs.params = tuple(_param_spec(builder, p, bound.arguments[p.name]) for p in signature.parameters.values())
+    return specs
+
+
+def _param_spec(builder: _Builder, p: inspect.Parameter, value: Any) -> Any:
+    builder.locals.discard(p.name)
+    if p.kind is inspect.Parameter.VAR_POSITIONAL:
+        return builder.build(p.name, tuple(value))
+    if p.kind is inspect.Parameter.VAR_KEYWORD:
+        return builder.build(p.name, dict(value))
+    return builder.build(p.name, value)
+
+
+def symbol_expr(name: str) -> E.Expr:
+    return E.sym(name)

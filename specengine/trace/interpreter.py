@@ -1,0 +1,71 @@
+"""Tracing: run the user's function on proxies and record a Trace."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+
+from specengine.constraints import expr as E
+from specengine.constraints.decide import Decider
+from specengine.prologue.inputs import ConstSpec, DictSpec, InputSpecs, IntSpec, SeqSpec, TensorSpec
+from specengine.trace.context import NameGen, TraceState, tracing
+from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
+from specengine.trace.symbol import tree_leaves
+from specengine.trace.trace import Trace
+
+
+def _proxy(spec: Any, names: NameGen, hints: dict[str, int]) -> Any:
+    if isinstance(spec, TensorSpec):
+        dims = tuple(E.sym(s) for s in spec.symbols)
+        return TensorProxy(names.reserve(spec.local), dims, spec.dtype, spec.device, spec.requires_grad)
+    if isinstance(spec, IntSpec):
+        return NumberProxy(names.reserve(spec.symbol), E.sym(spec.symbol), hints[spec.symbol], int)
+    if isinstance(spec, SeqSpec):
+        return spec.type(_proxy(c, names, hints) for c in spec.children)
+    if isinstance(spec, DictSpec):
+        return {k: _proxy(c, names, hints) for k, c in zip(spec.keys, spec.children)}
+    assert isinstance(spec, ConstSpec)
+    return spec.value
+
+
+def _call_args(signature: inspect.Signature, values: list) -> tuple[list, dict]:
+    args, kwargs = [], {}
+    for p, v in zip(signature.parameters.values(), values):
+        if p.kind is inspect.Parameter.VAR_POSITIONAL:
+            args.extend(v)
+        elif p.kind is inspect.Parameter.VAR_KEYWORD:
+            kwargs.update(v)
+        elif p.kind is inspect.Parameter.KEYWORD_ONLY:
+            kwargs[p.name] = v
+        else:
+            args.append(v)
+    return args, kwargs
+
+
+def _check_output(out: Any) -> None:
+    for x in tree_leaves(out):
+        if isinstance(x, torch.Tensor):
+            raise unsupported("returning a tensor not computed from the inputs",
+                              "pass the tensor as an argument (issue 4 adds constant tensors)")  # fmt: skip
+
+
+def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[Trace, TraceState]:
+    """Run `fn` on proxies made from `specs`; every decision on a symbol goes through `decider`.
+
+    Returns:
+        The trace (its parameters are the tensor and int leaves of the inputs) and the tracing state.
+    """
+    from specengine.ops import ltorch  # noqa: F401 - registers the torch-level ops
+    from specengine.ops.registry import TraceMode
+
+    names = NameGen()
+    state = TraceState(decider, names)
+    values = [_proxy(p, names, specs.hints) for p in specs.params]
+    args, kwargs = _call_args(specs.signature, values)
+    with tracing(state), TraceMode():
+        out = fn(*args, **kwargs)
+    _check_output(out)
+    params = tuple(x for x in tree_leaves(values) if isinstance(x, (TensorProxy, NumberProxy)))
+    return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state

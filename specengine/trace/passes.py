@@ -1,0 +1,139 @@
+"""Passes: pure functions Trace -> Trace (they never mutate their input)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from specengine.constraints import expr as E
+from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy
+from specengine.trace.symbol import BoundSymbol, tree_leaves, tree_map
+from specengine.trace.trace import Trace
+
+
+def _names_used(value: Any) -> set[str]:
+    names = set()
+    for x in tree_leaves(value):
+        if isinstance(x, Proxy):
+            names.add(x.name)
+        elif isinstance(x, E.Expr):
+            names.update(x.free_symbols())
+    return names
+
+
+def dce(trace: Trace) -> Trace:
+    """Dead code elimination: drop pure bound symbols none of whose outputs is used."""
+    live = _names_used(trace.output)
+    kept: list[BoundSymbol] = []
+    for bsym in reversed(trace.bsyms):
+        outs = [o.name for o in bsym.flat_outs() if isinstance(o, Proxy)]
+        if not bsym.sym.pure or any(n in live for n in outs):
+            kept.append(bsym)
+            live |= _names_used((bsym.args, [v for _, v in bsym.kwargs]))
+    return trace.with_("Dead Code Elimination", bsyms=tuple(reversed(kept)))
+
+
+def _cse_key(value: Any, swap: dict[int, Any]) -> Any:
+    """A hashable key: tensors by identity, numbers by their symbolic value, constants by value."""
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, NumberProxy):
+            return ("num", x.expr)
+        if isinstance(x, Proxy):
+            return ("proxy", id(swap.get(id(x), x)))
+        try:
+            hash(x)
+        except TypeError:
+            return ("unhashable", id(x))
+        return (type(x), x)
+
+    return tuple(leaf(x) for x in tree_leaves(value)), repr(_structure(value))
+
+
+def _structure(value: Any) -> Any:
+    return tree_map(lambda _: 0, value)
+
+
+def cse(trace: Trace) -> Trace:
+    """Common subexpression elimination: a pure op applied to the same values is computed once.
+
+    Repeated shape queries collapse here; NumberProxies with the same symbolic value are interchangeable.
+    """
+    swap: dict[int, Any] = {}
+    seen: dict[Any, BoundSymbol] = {}
+    kept: list[BoundSymbol] = []
+    for bsym in trace.bsyms:
+        bsym = _swap_args(bsym, swap)
+        key = (bsym.sym, _cse_key((bsym.args, bsym.kwargs), swap)) if bsym.sym.pure else None
+        first = seen.get(key) if key is not None else None
+        if first is None:
+            if key is not None:
+                seen[key] = bsym
+            kept.append(bsym)
+            continue
+        for old, new in zip(bsym.flat_outs(), first.flat_outs()):
+            swap[id(old)] = new
+    output = tree_map(lambda x: swap.get(id(x), x), trace.output)
+    return trace.with_("Common Subexpression Elimination", bsyms=tuple(kept), output=output)
+
+
+def _swap_args(bsym: BoundSymbol, swap: dict[int, Any]) -> BoundSymbol:
+    if not swap:
+        return bsym
+
+    def fn(x: Any) -> Any:
+        return swap.get(id(x), x)
+
+    return bsym.with_(args=tree_map(fn, bsym.args), kwargs=tuple((k, tree_map(fn, v)) for k, v in bsym.kwargs))
+
+
+def specialize(trace: Trace, substitution: Mapping[str, E.Expr | int], hints: Mapping[str, int]) -> Trace:
+    """Replace numbers by symbolic values over the entry's symbols, substituting pinned constants and
+    symbol-class representatives; shape queries and scalar arithmetic then vanish (their results are
+    computed from the prologue's symbols)."""
+    tensors: dict[int, TensorProxy] = {}
+
+    def fn(x: Any) -> Any:
+        if isinstance(x, NumberProxy):
+            e = x.expr.subs(substitution)
+            return e.value if e.is_const else e
+        if isinstance(x, E.Expr):
+            e = x.subs(substitution)
+            return e.value if e.is_const else e
+        if isinstance(x, TensorProxy):
+            new = tensors.get(id(x))
+            if new is None:
+                dims = tuple(d.subs(substitution) for d in x.dims)
+                new = tensors[id(x)] = TensorProxy(x.name, dims, x.dtype, x.device, x.requires_grad)
+            return new
+        return x
+
+    bsyms = tuple(b.map_values(fn) for b in trace.bsyms if any(isinstance(o, TensorProxy) for o in b.flat_outs()))
+    output = tree_map(fn, trace.output)
+    tensor_params = tuple(fn(p) for p in trace.params if isinstance(p, TensorProxy))
+    symbols = sorted(_free_symbols(bsyms, output), key=lambda s: E.sym(s).sort_key)
+    params = tensor_params + tuple(NumberProxy(s, E.sym(s), hints[s], int) for s in symbols)
+    return trace.with_("Specialization to the solved constraints", bsyms=bsyms, output=output, params=params)
+
+
+def _free_symbols(bsyms: tuple[BoundSymbol, ...], output: Any) -> set[str]:
+    names: set[str] = set()
+    for x in tree_leaves(([b.args for b in bsyms], [b.kwargs for b in bsyms], output)):
+        if isinstance(x, E.Expr):
+            names.update(x.free_symbols())
+    return names
+
+
+def flatten(trace: Trace) -> Trace:
+    """Replace every torch-level op by its decomposition into prims."""
+    out: list[BoundSymbol] = []
+
+    def visit(bsym: BoundSymbol) -> None:
+        if bsym.sym.is_prim or not bsym.subsymbols:
+            out.append(bsym)
+            return
+        for sub in bsym.subsymbols:
+            visit(sub.with_(source=sub.source or bsym.source))
+
+    for b in trace.bsyms:
+        visit(b)
+    return trace.with_("Flattening to prims", bsyms=tuple(out))

@@ -1,0 +1,219 @@
+"""Proxies: the values a traced function sees instead of tensors and ints.
+
+Tensor methods and operators are attached to TensorProxy by the op registry (`specengine.ops`),
+next to each op's definition. NumberProxy implements Python's number protocols; every decision it is
+asked to make (`bool`, `int`, `__index__`) goes through the tracing state and becomes a constraint.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable
+
+import torch
+
+from specengine.constraints import expr as E
+from specengine.errors import UnsupportedOpError
+from specengine.provenance import user_frame
+from specengine.trace import context
+
+_DTYPE_SHORT = {
+    torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+    torch.bool: "b8", torch.complex64: "c64", torch.complex128: "c128",
+}  # fmt: skip
+
+
+def dtype_short(dtype: torch.dtype) -> str:
+    return _DTYPE_SHORT.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def device_str(device: torch.device) -> str:
+    return device.type if device.index is None else f"{device.type}:{device.index}"
+
+
+def _prims():
+    from specengine.ops import prims
+
+    return prims
+
+
+def unsupported(op: str, hint: str) -> UnsupportedOpError:
+    return UnsupportedOpError(op, user_frame(op).where, hint)
+
+
+class Proxy:
+    """A traced value. Names are for printing only; identity is the object."""
+
+    __slots__ = ("name",)
+
+
+class TensorProxy(Proxy):
+    """A tensor during tracing: symbolic dims (canonical int Exprs), dtype, device and requires_grad."""
+
+    __slots__ = ("dims", "dtype", "device", "requires_grad")
+    __hash__ = object.__hash__
+
+    def __init__(self, name: str, dims: tuple, dtype: torch.dtype, device: torch.device, requires_grad: bool):
+        self.name = name
+        self.dims = tuple(E.as_expr(d) for d in dims)
+        self.dtype = dtype
+        self.device = device
+        self.requires_grad = requires_grad
+
+    @property
+    def ndim(self) -> int:
+        return len(self.dims)
+
+    @property
+    def sym_shape(self) -> tuple:
+        """The shape as ints (static dims) and Exprs (symbolic dims); records nothing."""
+        return tuple(d.value if d.op == "const" else d for d in self.dims)
+
+    @property
+    def shape(self) -> tuple:
+        return _prims().shape(self)
+
+    def size(self, dim: int | None = None) -> Any:
+        shape = self.shape
+        return shape if dim is None else shape[dim]
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> Any:
+        return math.prod(self.shape, start=1)
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    def is_complex(self) -> bool:
+        return self.dtype.is_complex
+
+    def element_size(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device.type == "cpu"
+
+    def type_string(self) -> str:
+        dims = ", ".join(str(d) for d in self.dims)
+        return f"{device_str(self.device)} {dtype_short(self.dtype)}[{dims}]"
+
+    def __len__(self) -> int:
+        if not self.dims:
+            raise TypeError("len() of a 0-d tensor")
+        return context.require().pin(self.dims[0], "len", "len() of a tensor needs a concrete size")
+
+    def __bool__(self) -> bool:
+        raise unsupported("Tensor.__bool__", "branching on tensor data is data-dependent; use torch.where")
+
+    def item(self) -> Any:
+        raise unsupported("Tensor.item", "reading tensor data is data-dependent; keep the value a tensor")
+
+    def tolist(self) -> Any:
+        raise unsupported("Tensor.tolist", "reading tensor data is data-dependent; keep the value a tensor")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise unsupported(f"Tensor.{name}", "this method has no symbolic implementation yet; call eager code")
+
+    @classmethod
+    def __torch_function__(cls, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None):
+        from specengine.ops.registry import dispatch_torch
+
+        return dispatch_torch(func, args, kwargs or {})
+
+    def __repr__(self) -> str:
+        return f'<TensorProxy {self.name}: "{self.type_string()}">'
+
+
+class NumberProxy(Proxy):
+    """An int or bool whose value is a symbolic expression; `hint` is the example value."""
+
+    __slots__ = ("expr", "hint", "python_type")
+    __hash__ = object.__hash__
+
+    def __init__(self, name: str, expr: E.Expr, hint: Any, python_type: type):
+        self.name = name
+        self.expr = expr
+        self.hint = hint
+        self.python_type = python_type
+
+    def type_string(self) -> str:
+        return f"{self.python_type.__name__} {self.expr}"
+
+    def __bool__(self) -> bool:
+        b = self.expr if self.expr.is_bool else E.ne(self.expr, 0)
+        return context.require().decide(b, "bool", "branch")
+
+    def __index__(self) -> int:
+        return self._pin("index", "a concrete int is needed (indexing, range)")
+
+    def __int__(self) -> int:
+        return self._pin("int", "int() needs a concrete value")
+
+    def __float__(self) -> float:
+        return float(self._pin("float", "float() needs a concrete value"))
+
+    def _pin(self, op: str, reason: str) -> int:
+        if self.expr.is_bool:
+            return int(context.require().decide(self.expr, op, reason))
+        return context.require().pin(self.expr, op, reason)
+
+    def __repr__(self) -> str:
+        return f"<NumberProxy {self.name}: {self.type_string()}>"
+
+
+def _number_binary(prim_name: str, py_op: Callable, reflected: bool = False) -> Callable:
+    def method(self: NumberProxy, other: Any) -> Any:
+        if isinstance(other, NumberProxy) or type(other) in (int, bool):
+            a, b = (other, self) if reflected else (self, other)
+            return getattr(_prims(), prim_name)(a, b)
+        if type(other) is float:
+            value = float(self)
+            return py_op(other, value) if reflected else py_op(value, other)
+        return NotImplemented
+
+    return method
+
+
+def _install_number_ops() -> None:
+    arith = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
+             "mod": operator.mod}  # fmt: skip
+    for name, py_op in arith.items():
+        setattr(NumberProxy, f"__{name}__", _number_binary(f"sym_{name}", py_op))
+        setattr(NumberProxy, f"__r{name}__", _number_binary(f"sym_{name}", py_op, reflected=True))
+    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
+        setattr(NumberProxy, f"__{name}__", _number_binary(f"sym_{name}", getattr(operator, name)))
+    for name in ("and", "or"):
+        setattr(NumberProxy, f"__{name}__", _number_binary(f"sym_{name}", getattr(operator, f"{name}_")))
+        setattr(NumberProxy, f"__r{name}__", _number_binary(f"sym_{name}", getattr(operator, f"{name}_"), True))
+
+    def truediv(a: Any, b: Any) -> float:
+        return float(a) / float(b)
+
+    NumberProxy.__truediv__ = lambda self, other: truediv(self, other)
+    NumberProxy.__rtruediv__ = lambda self, other: truediv(other, self)
+    NumberProxy.__neg__ = lambda self: _prims().sym_neg(self)
+    NumberProxy.__pos__ = lambda self: self
+    NumberProxy.__abs__ = lambda self: _prims().sym_abs(self)
+
+
+_install_number_ops()
+
+
+def value_expr(x: Any) -> E.Expr:
+    """The symbolic int expression of an int, bool or NumberProxy."""
+    if isinstance(x, NumberProxy):
+        return x.expr
+    if isinstance(x, E.Expr):
+        return x
+    return E.as_expr(int(x))

@@ -1,0 +1,98 @@
+"""Symbols (ops) and bound symbols (an op applied to proxies in a trace)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from torch.utils import _pytree as pytree
+
+from specengine.provenance import Provenance
+from specengine.trace import context
+
+
+@dataclass(frozen=True, eq=False)
+class Symbol:
+    """An op: a primitive with a meta function, or a torch-level op with a decomposition into prims.
+
+    Calling a symbol while tracing records a BoundSymbol; outside tracing it runs eagerly with `impl`.
+    """
+
+    name: str
+    module: str
+    meta: Callable | None = None
+    impl: Callable | None = None
+    is_prim: bool = False
+    pure: bool = True
+    tags: frozenset = field(default_factory=frozenset)
+
+    @property
+    def print_name(self) -> str:
+        return f"{self.module}.{self.name}" if self.module else self.name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        state = context.current()
+        if state is None:
+            return self.impl(*args, **kwargs)
+        return state.record(self, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"Symbol({self.print_name})"
+
+
+@dataclass(frozen=True, eq=False)
+class BoundSymbol:
+    """One op application in a trace. A torch-level op keeps its decomposition as `subsymbols`."""
+
+    sym: Symbol
+    args: tuple
+    kwargs: tuple[tuple[str, Any], ...]
+    output: Any
+    subsymbols: tuple[BoundSymbol, ...] = ()
+    source: Provenance | None = None
+
+    @property
+    def kwargs_dict(self) -> dict[str, Any]:
+        return dict(self.kwargs)
+
+    def flat_args(self) -> list[Any]:
+        return tree_leaves((self.args, [v for _, v in self.kwargs]))
+
+    def flat_outs(self) -> list[Any]:
+        return tree_leaves(self.output)
+
+    def with_(self, **changes: Any) -> BoundSymbol:
+        return replace(self, **changes)
+
+    def map_values(self, fn: Callable[[Any], Any]) -> BoundSymbol:
+        """A copy with `fn` applied to every leaf of args, kwargs, output and subsymbols."""
+        return replace(
+            self,
+            args=tree_map(fn, self.args),
+            kwargs=tuple((k, tree_map(fn, v)) for k, v in self.kwargs),
+            output=tree_map(fn, self.output),
+            subsymbols=tuple(s.map_values(fn) for s in self.subsymbols),
+        )
+
+
+def _is_slice(v: Any) -> bool:
+    return isinstance(v, slice)
+
+
+def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
+    """torch's pytree map that also looks inside slices (whose bounds may be symbolic)."""
+
+    def leaf(v: Any) -> Any:
+        if isinstance(v, slice):
+            return slice(*(tree_map(fn, c) for c in (v.start, v.stop, v.step)))
+        return fn(v)
+
+    return pytree.tree_map(leaf, tree, is_leaf=_is_slice)
+
+
+def tree_leaves(tree: Any) -> list[Any]:
+    """torch's pytree leaves, looking inside slices."""
+    out = []
+    for v in pytree.tree_leaves(tree, is_leaf=_is_slice):
+        out.extend(tree_leaves([v.start, v.stop, v.step]) if isinstance(v, slice) else [v])
+    return out

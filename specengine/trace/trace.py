@@ -1,0 +1,151 @@
+"""Traces: a function's recorded bound symbols, printed as runnable Python."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import torch
+
+from specengine.codegen import exec_source
+from specengine.constraints.expr import Expr
+from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy
+from specengine.trace.symbol import BoundSymbol, tree_leaves
+
+HEADER = (
+    "import operator\n"
+    "import torch\n"
+    "from specengine.ops import prims, ltorch\n"
+    "from specengine.executors import torchex as tex\n"
+)
+
+
+def trace_globals() -> dict[str, Any]:
+    """The globals a printed trace runs with (the same names HEADER imports)."""
+    import operator
+
+    from specengine.executors import torchex
+    from specengine.ops import ltorch, prims
+
+    return {"operator": operator, "torch": torch, "prims": prims, "ltorch": ltorch, "tex": torchex}
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A straight-line program. `str(trace)` is runnable Python that defines `name`."""
+
+    name: str
+    params: tuple
+    bsyms: tuple[BoundSymbol, ...]
+    output: Any
+    provenance: str
+
+    def with_(self, provenance: str, **changes: Any) -> Trace:
+        """A new trace (passes never mutate their input), stamped with the pass that made it."""
+        return replace(self, provenance=provenance, **changes)
+
+    def python(self) -> str:
+        return TracePrinter(self).render()
+
+    def __str__(self) -> str:
+        return self.python()
+
+    def python_callable(self) -> Callable:
+        """The trace as a Python function (source registered in linecache)."""
+        return exec_source(self.python(), self.name, trace_globals())
+
+
+def format_value(x: Any) -> str:
+    """Python source for an argument value."""
+    if isinstance(x, NumberProxy):
+        return repr(x.expr.value) if x.expr.is_const else x.name
+    if isinstance(x, Proxy):
+        return x.name
+    if isinstance(x, Expr):
+        return x.to_python()
+    if isinstance(x, (torch.dtype, torch.memory_format, torch.layout)):
+        return str(x)
+    if isinstance(x, torch.device):
+        return f"torch.device({str(x)!r})"
+    if isinstance(x, float) and not math.isfinite(x):
+        return f"float({str(x)!r})"
+    if isinstance(x, tuple):
+        inner = ", ".join(format_value(v) for v in x)
+        return f"({inner},)" if len(x) == 1 else f"({inner})"
+    if isinstance(x, list):
+        return "[" + ", ".join(format_value(v) for v in x) + "]"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {format_value(v)}" for k, v in x.items()) + "}"
+    if isinstance(x, slice):
+        return f"slice({format_value(x.start)}, {format_value(x.stop)}, {format_value(x.step)})"
+    if x is Ellipsis:
+        return "..."
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return repr(x)
+    raise TypeError(f"cannot print {type(x).__name__} value {x!r} in a trace")
+
+
+def type_comment(x: Any) -> str:
+    if isinstance(x, (TensorProxy, NumberProxy)):
+        return f'{x.name}: "{x.type_string()}"'
+    return ""
+
+
+class TracePrinter:
+    """Prints a trace: type comments, the user's source line above each op, subsymbols as comments."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.used = _used_names(trace)
+
+    def render(self) -> str:
+        t = self.trace
+        lines = [f"# Constructed by {t.provenance}", HEADER.rstrip("\n"), ""]
+        lines.append(f"def {t.name}({', '.join(format_value(p) for p in t.params)}):")
+        lines += [f"  # {c}" for p in t.params if (c := type_comment(p))]
+        last_source = None
+        for bsym in t.bsyms:
+            if bsym.source is not None and bsym.source != last_source:
+                src = bsym.source
+                lines.append(f"\n  # {src.filename}:{src.lineno}: \t{src.source_line}")
+                last_source = src
+            lines += self.bsym_lines(bsym, "  ", commented=False)
+        lines.append(f"  return {format_value(t.output)}")
+        return "\n".join(lines) + "\n"
+
+    def bsym_lines(self, bsym: BoundSymbol, indent: str, commented: bool) -> list[str]:
+        args = [format_value(a) for a in bsym.args] + [f"{k}={format_value(v)}" for k, v in bsym.kwargs]
+        call = f"{bsym.sym.print_name}({', '.join(args)})"
+        outs = self.format_outputs(bsym.output, commented)
+        line = call if outs is None else f"{outs} = {call}"
+        comments = [c for o in bsym.flat_outs() if (c := type_comment(o))]
+        if len(comments) == 1:
+            line += f"  # {comments[0]}"
+        prefix = indent + ("# " if commented else "")
+        out = [prefix + line]
+        if len(comments) > 1 and not commented:
+            out += [f"{indent}# {c}" for c in comments]
+        for sub in bsym.subsymbols:
+            out += self.bsym_lines(sub, indent + "  ", commented=True)
+        return out
+
+    def format_outputs(self, out: Any, commented: bool) -> str | None:
+        if out is None:
+            return None
+        if isinstance(out, (tuple, list)):
+            inner = [self.format_outputs(o, commented) or "_" for o in out]
+            return f"({inner[0]},)" if len(inner) == 1 else f"({', '.join(inner)})"
+        if isinstance(out, Proxy):
+            if isinstance(out, NumberProxy) and out.expr.is_const:
+                return "_"
+            return out.name if commented or out.name in self.used else "_"
+        return "_"
+
+
+def _used_names(trace: Trace) -> set[str]:
+    used = {format_value(x) for x in tree_leaves(trace.output) if isinstance(x, Proxy)}
+    for bsym in trace.bsyms:
+        used.update(x.name for x in bsym.flat_args() if isinstance(x, Proxy))
+        used.update(s for x in bsym.flat_args() if isinstance(x, Expr) for s in x.free_symbols())
+    return used
