@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from specengine.cache import Cache, CacheEntry
+from specengine.codegen import function_name
 from specengine.constraints.decide import Decider
 from specengine.constraints.solver import Solution, Solver
 from specengine.errors import SpecEngineError
@@ -88,7 +89,7 @@ def _computation_stage(trace: Trace, solution: Solution, specs: InputSpecs, opti
 
 def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: Trace,
                     uses_default_dtype: bool) -> tuple[Prologue, list]:  # fmt: skip
-    name = fn.__name__ if getattr(fn, "__name__", "").isidentifier() else "prologue"
+    name = function_name(fn)
     returns = [format_value(p) for p in final.params]
     symbols = {p.name for p in final.params if isinstance(p, NumberProxy)}
     default_dtype = torch.get_default_dtype() if uses_default_dtype else None

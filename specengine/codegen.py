@@ -5,6 +5,7 @@ Every generated program is registered in `linecache`, so tracebacks and `inspect
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import linecache
 from typing import Any, Callable
@@ -28,3 +29,38 @@ def exec_source(source: str, name: str, globals_: dict[str, Any]) -> Callable:
     namespace = dict(globals_)
     exec(compile(source, filename, "exec"), namespace)
     return namespace[name]
+
+
+class _Name:
+    """Prints as a bare name (used to print defaults in a generated signature)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def signature_source(sig: inspect.Signature, globals_: dict[str, Any]) -> str:
+    """`sig` as Python source, e.g. "(a, b=_default_b, *args)"; defaults are stored in `globals_`."""
+    params = []
+    for p in sig.parameters.values():
+        if p.default is not inspect.Parameter.empty:
+            globals_[f"_default_{p.name}"] = p.default
+            p = p.replace(default=_Name(f"_default_{p.name}"))
+        params.append(p.replace(annotation=inspect.Parameter.empty))
+    return str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))
+
+
+def function_name(fn: Any) -> str:
+    """The name generated code uses for `fn`, so Python's own messages (arity errors) read naturally."""
+    name = getattr(fn, "__name__", "")
+    return name if name.isidentifier() else "prologue"
+
+
+def check_call(fn: Callable, args: tuple, kwargs: dict) -> None:
+    """Raise the TypeError Python would raise for a bad call of `fn` (wrong arity, unknown keyword)."""
+    glb: dict[str, Any] = {}
+    name = function_name(fn)
+    stub = exec_source(f"def {name}{signature_source(inspect.signature(fn), glb)}:\n  return None\n", name, glb)
+    stub(*args, **kwargs)

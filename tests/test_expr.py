@@ -49,8 +49,8 @@ from specengine.constraints.expr import (
 SYMS = ("s0", "s1", "s2")
 s0, s1, s2 = (sym(n) for n in SYMS)
 
-FAST = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-SLOW = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+SLOW = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -130,7 +130,9 @@ NONZERO = st.sampled_from([-3, -2, -1, 1, 2, 3, 4]).map(_const)
 @st.composite
 def int_recipes(draw: st.DrawFn, depth: int = 4) -> Recipe:
     """A random int recipe: consts, syms, + - *, // and % (by consts, syms or subtrees), min, max, ite."""
-    kind = draw(st.sampled_from(["leaf", "arith", "arith", "div", "int_left", "neg", "ite"] if depth else ["leaf"]))
+    kind = draw(
+        st.sampled_from(["leaf", "arith", "arith", "div", "int_left", "neg", "ite"] if depth else ["leaf"])
+    )
     sub = int_recipes(depth - 1)
     if kind == "leaf":
         return draw(LEAVES)
@@ -140,7 +142,9 @@ def int_recipes(draw: st.DrawFn, depth: int = 4) -> Recipe:
         divisor = draw(st.one_of(NONZERO, st.sampled_from(SYMS).map(_sym), sub))
         return _binary(draw(st.sampled_from(["//", "%"])), draw(sub), divisor)
     if kind == "int_left":
-        return _int_left(draw(st.sampled_from(["+", "-", "*", "//", "%"])), draw(st.integers(-3, 3)), draw(sub))
+        return _int_left(
+            draw(st.sampled_from(["+", "-", "*", "//", "%"])), draw(st.integers(-3, 3)), draw(sub)
+        )
     if kind == "neg":
         return _neg(draw(sub))
     return _ite(draw(bool_recipes(depth - 1)), draw(sub), draw(sub))
@@ -164,7 +168,9 @@ BOOLS = bool_recipes()
 GENERAL_ENVS = st.fixed_dictionaries(
     {n: st.one_of(st.sampled_from([0, 1, 2, -1]), st.integers(-7, 7)) for n in SYMS}
 )
-NONNEG_ENVS = st.fixed_dictionaries({n: st.one_of(st.sampled_from([0, 1, 2]), st.integers(0, 9)) for n in SYMS})
+NONNEG_ENVS = st.fixed_dictionaries(
+    {n: st.one_of(st.sampled_from([0, 1, 2]), st.integers(0, 9)) for n in SYMS}
+)
 ENVS = st.one_of(GENERAL_ENVS, NONNEG_ENVS)
 
 
@@ -246,7 +252,10 @@ def test_division_simplifications_are_sound_z3() -> None:
         ((4 * s0 + s1 + 5) // 4, _py_floordiv(4 * x + y + 5, z3.IntVal(4))),
         ((6 * s0 + 4 * s1 + 2) // -4, _py_floordiv(6 * x + 4 * y + 2, z3.IntVal(-4))),
         ((s0 // 2) // 3, _py_floordiv(_py_floordiv(x, z3.IntVal(2)), z3.IntVal(3))),
-        ((6 * s0 + 4 * s1 + 2) % -4, (6 * x + 4 * y + 2) - (-4) * _py_floordiv(6 * x + 4 * y + 2, z3.IntVal(-4))),
+        (
+            (6 * s0 + 4 * s1 + 2) % -4,
+            (6 * x + 4 * y + 2) - (-4) * _py_floordiv(6 * x + 4 * y + 2, z3.IntVal(-4)),
+        ),
         ((s0 + 7) % 3, (x + 7) - 3 * _py_floordiv(x + 7, z3.IntVal(3))),
     ]
     for e, expected in cases:

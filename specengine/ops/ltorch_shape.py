@@ -180,7 +180,7 @@ def _clamp_bound(b: Any, n: E.Expr, default: E.Expr) -> E.Expr:
 
 def _int_index(i: Any, n: E.Expr, dim: int) -> E.Expr:
     e = value_expr(i)
-    if not (decide(E.lt(e, n), "getitem", "index in range") and decide(E.ge(e, E.neg(n)), "getitem", "index in range")):
+    if not (decide(E.lt(e, n), "getitem", "index in range") and decide(E.le(E.neg(e), n), "getitem", "index in range")):
         raise IndexError(f"index {hint(e)} is out of bounds for dimension {dim} with size {hint(n)}")
     return e if decide(E.ge(e, 0), "getitem", "is the index non-negative") else E.add(e, n)
 

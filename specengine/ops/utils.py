@@ -55,14 +55,19 @@ def shape_arg(args: tuple) -> tuple:
 
 
 def broadcast_pair(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
-    """The broadcast of two dims; each decision that is not implied becomes a constraint."""
-    if x is y:
+    """The broadcast of two dims; each decision that is not implied becomes a constraint.
+
+    Equality is asked first: when the dims are equal the result needs no decision about size 1.
+    """
+    if x is y or (y.is_const and y.value == 1):
         return x
-    if decide(E.eq(x, 1), "broadcast", f"is dim {index} of the left operand 1"):
+    if x.is_const and x.value == 1:
         return y
-    if decide(E.eq(y, 1), "broadcast", f"is dim {index} of the right operand 1"):
+    if decide(E.eq(x, y), "broadcast", f"dims {index} match"):
         return x
-    if decide(E.eq(x, y), "broadcast", f"dim {index} must match"):
+    if decide(E.eq(x, 1), "broadcast", f"dim {index} of the left operand is 1"):
+        return y
+    if decide(E.eq(y, 1), "broadcast", f"dim {index} of the right operand is 1"):
         return x
     raise RuntimeError(
         f"The size of tensor a ({hint(x)}) must match the size of tensor b ({hint(y)}) "

@@ -8,7 +8,8 @@ import torch
 
 from specengine.constraints import expr as E
 from specengine.constraints.solver import Solution
-from specengine.prologue.codegen import Check, Guard, Prologue, _signature
+from specengine.codegen import signature_source
+from specengine.prologue.codegen import Check, Guard, Prologue
 from specengine.prologue.inputs import ConstSpec, DictSpec, InputSpecs, IntSpec, SeqSpec, TensorSpec
 
 
@@ -150,7 +151,7 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
         getter = st.name(torch.get_default_dtype, "default_dtype")
         st.check(f"{getter}() is not {st.name(default_dtype, 'dtype')}", f"torch.get_default_dtype() is {default_dtype}",
                  ("torch.get_default_dtype()", f"{getter}()"))  # fmt: skip
-    signature = _signature(specs.signature, st.glb)
+    signature = signature_source(specs.signature, st.glb)
     return Prologue(name, st.steps, returns, st.glb, signature), guards
 
 

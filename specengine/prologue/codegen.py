@@ -29,9 +29,9 @@ class Check:
     values: tuple[tuple[str, str], ...] = ()  # (label, local expression) to report on failure
     provenance: str = ""
 
-    def message(self, env: dict[str, Any]) -> str:
+    def message(self, env: dict[str, Any], glb: dict[str, Any]) -> str:
         where = f" ({self.provenance})" if self.provenance else ""
-        shown = ", ".join(f"{label} = {_show(eval(src, {}, env))}" for label, src in self.values)
+        shown = ", ".join(f"{label} = {_show(eval(src, glb, env))}" for label, src in self.values)
         return f"{self.text}{where} failed" + (f": {shown}" if shown else "")
 
 
@@ -70,6 +70,7 @@ class Prologue:
     def __init__(self, name: str, steps: list, returns: Sequence[str], glb: dict[str, Any], sig: str):
         self.name = name
         self.steps = steps
+        self.globals = glb
         self.source = _render(name, sig, steps, returns, fast=True)
         self.fn: Callable = exec_source(self.source, name, glb)
         self._explain = exec_source(_render(name, sig, steps, returns, fast=False), name, glb)
@@ -87,7 +88,7 @@ class Prologue:
         """The first failing check for these inputs, with actual values; None if all pass."""
         index, env = self._explain(*args, **kwargs)
         checks = [s for s in self.steps if isinstance(s, Check)]
-        return None if index < 0 else checks[index].message(env)
+        return None if index < 0 else checks[index].message(env, self.globals)
 
 
 def _render(name: str, sig: str, steps: list, returns: Sequence[str], fast: bool) -> str:
@@ -114,23 +115,3 @@ def _render(name: str, sig: str, steps: list, returns: Sequence[str], fast: bool
     ret = "(" + "".join(f"{r}, " for r in returns) + ")"
     lines.append(f"  return {ret}" if fast else "  return -1, locals()")
     return "\n".join(lines) + "\n"
-
-
-class _Name:
-    """Prints as a bare name (used to print defaults in the prologue's signature)."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-def _signature(sig: inspect.Signature, glb: dict[str, Any]) -> str:
-    params = []
-    for p in sig.parameters.values():
-        if p.default is not inspect.Parameter.empty:
-            glb[f"_default_{p.name}"] = p.default
-            p = p.replace(default=_Name(f"_default_{p.name}"))
-        params.append(p.replace(annotation=inspect.Parameter.empty))
-    return str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))

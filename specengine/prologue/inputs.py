@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from specengine.codegen import check_call
 from specengine.constraints import expr as E
 
 Range = tuple[int | None, int | None]
@@ -133,6 +134,7 @@ class _Builder:
 
 def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | None) -> InputSpecs:
     """Specs for one call of `fn`; raises TypeError for a bad call, as calling `fn` would."""
+    check_call(fn, args, kwargs)
     signature = inspect.signature(fn)
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()

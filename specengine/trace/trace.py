@@ -106,10 +106,10 @@ class TracePrinter:
         lines += [f"  # {c}" for p in t.params if (c := type_comment(p))]
         last_source = None
         for bsym in t.bsyms:
-            if bsym.source is not None and bsym.source != last_source:
-                src = bsym.source
+            src = bsym.source
+            if src is not None and (src.filename, src.lineno) != last_source:
                 lines.append(f"\n  # {src.filename}:{src.lineno}: \t{src.source_line}")
-                last_source = src
+                last_source = (src.filename, src.lineno)
             lines += self.bsym_lines(bsym, "  ", commented=False)
         lines.append(f"  return {format_value(t.output)}")
         return "\n".join(lines) + "\n"
@@ -119,13 +119,11 @@ class TracePrinter:
         call = f"{bsym.sym.print_name}({', '.join(args)})"
         outs = self.format_outputs(bsym.output, commented)
         line = call if outs is None else f"{outs} = {call}"
-        comments = [c for o in bsym.flat_outs() if (c := type_comment(o))]
-        if len(comments) == 1:
-            line += f"  # {comments[0]}"
-        prefix = indent + ("# " if commented else "")
-        out = [prefix + line]
-        if len(comments) > 1 and not commented:
-            out += [f"{indent}# {c}" for c in comments]
+        shown = [o for o in bsym.flat_outs() if commented or getattr(o, "name", None) in self.used]
+        comments = [c for o in shown if (c := type_comment(o))]
+        if comments:
+            line += "  # " + ", ".join(comments)
+        out = [indent + ("# " if commented else "") + line]
         for sub in bsym.subsymbols:
             out += self.bsym_lines(sub, indent + "  ", commented=True)
         return out
