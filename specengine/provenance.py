@@ -40,8 +40,12 @@ class Provenance:
         return ", ".join(parts)
 
 
+_DEMO = os.path.join(_SKIP_DIRS[0], "__main__.py")
+
+
 def _is_internal(filename: str) -> bool:
-    return filename.startswith(_SKIP_DIRS) or filename.startswith("<specengine-")
+    """Frames of specengine itself (but its demo) and of torch are not the user's."""
+    return (filename.startswith(_SKIP_DIRS) and filename != _DEMO) or filename.startswith("<specengine-")
 
 
 def user_frame(op: str = "", reason: str = "") -> Provenance:

@@ -130,9 +130,8 @@ NONZERO = st.sampled_from([-3, -2, -1, 1, 2, 3, 4]).map(_const)
 @st.composite
 def int_recipes(draw: st.DrawFn, depth: int = 4) -> Recipe:
     """A random int recipe: consts, syms, + - *, // and % (by consts, syms or subtrees), min, max, ite."""
-    kind = draw(
-        st.sampled_from(["leaf", "arith", "arith", "div", "int_left", "neg", "ite"] if depth else ["leaf"])
-    )
+    kinds = ["leaf", "arith", "arith", "div", "int_left", "neg", "ite"] if depth else ["leaf"]
+    kind = draw(st.sampled_from(kinds))
     sub = int_recipes(depth - 1)
     if kind == "leaf":
         return draw(LEAVES)
@@ -142,9 +141,8 @@ def int_recipes(draw: st.DrawFn, depth: int = 4) -> Recipe:
         divisor = draw(st.one_of(NONZERO, st.sampled_from(SYMS).map(_sym), sub))
         return _binary(draw(st.sampled_from(["//", "%"])), draw(sub), divisor)
     if kind == "int_left":
-        return _int_left(
-            draw(st.sampled_from(["+", "-", "*", "//", "%"])), draw(st.integers(-3, 3)), draw(sub)
-        )
+        op = draw(st.sampled_from(["+", "-", "*", "//", "%"]))
+        return _int_left(op, draw(st.integers(-3, 3)), draw(sub))
     if kind == "neg":
         return _neg(draw(sub))
     return _ite(draw(bool_recipes(depth - 1)), draw(sub), draw(sub))
@@ -165,12 +163,10 @@ def bool_recipes(draw: st.DrawFn, depth: int = 3) -> Recipe:
 
 INTS = int_recipes()
 BOOLS = bool_recipes()
-GENERAL_ENVS = st.fixed_dictionaries(
-    {n: st.one_of(st.sampled_from([0, 1, 2, -1]), st.integers(-7, 7)) for n in SYMS}
-)
-NONNEG_ENVS = st.fixed_dictionaries(
-    {n: st.one_of(st.sampled_from([0, 1, 2]), st.integers(0, 9)) for n in SYMS}
-)
+SMALL = st.one_of(st.sampled_from([0, 1, 2, -1]), st.integers(-7, 7))
+GENERAL_ENVS = st.fixed_dictionaries({n: SMALL for n in SYMS})
+SMALL_NONNEG = st.one_of(st.sampled_from([0, 1, 2]), st.integers(0, 9))
+NONNEG_ENVS = st.fixed_dictionaries({n: SMALL_NONNEG for n in SYMS})
 ENVS = st.one_of(GENERAL_ENVS, NONNEG_ENVS)
 
 

@@ -202,24 +202,16 @@ def as_expr(x: int | bool | Expr) -> Expr:
 
 
 def _int(x: IntLike) -> Expr:
-    if isinstance(x, Expr):
-        if x.is_bool:
-            raise TypeError(f"expected an integer expression, got {x!r}")
-        return x
-    try:
-        return const(x)
-    except TypeError:
-        raise TypeError(f"expected an int or integer Expr, got {x!r}") from None
+    e = x if isinstance(x, Expr) else const(x)  # const raises TypeError for non-integers
+    if e.is_bool:
+        raise TypeError(f"expected an int or integer expression, got {x!r}")
+    return e
 
 
 def _bool(x: BoolLike) -> Expr:
-    if isinstance(x, Expr):
-        if not x.is_bool:
-            raise TypeError(f"expected a boolean expression, got {x!r}")
-        return x
-    if isinstance(x, bool):
-        return TRUE if x else FALSE
-    raise TypeError(f"expected a bool or boolean Expr, got {x!r}")
+    if not isinstance(x, (bool, Expr)) or not as_expr(x).is_bool:
+        raise TypeError(f"expected a bool or boolean expression, got {x!r}")
+    return as_expr(x)
 
 
 def _terms(e: Expr) -> dict[tuple, int]:
@@ -604,15 +596,20 @@ def _ipow(x: tuple, n: int) -> tuple:
     return (b, a) if hi <= 0 else (0, max(a, b))
 
 
+def _xfloordiv(x: float, y: float) -> float:
+    """``x // y`` for ``y >= 1``, taking limits at infinite endpoints."""
+    if isinstance(x, float):
+        return x
+    if isinstance(y, float):
+        return 0 if x >= 0 else -1  # x // y for every large enough y
+    return x // y
+
+
 def _idiv(a: tuple, b: tuple) -> tuple:
     (al, ah), (bl, bh) = a, b
     if bl > 0:
         # floor(x/y) is monotone in each argument on this box, so the corners (or their limits) bound it
-        cands = [
-            x if isinstance(x, float) else (x >= 0) - 1 if isinstance(y, float) else x // y
-            for x in a
-            for y in b
-        ]
+        cands = [_xfloordiv(x, y) for x in a for y in b]
         return min(cands), max(cands)
     if bh < 0:
         return _idiv((-ah, -al), (-bh, -bl))
@@ -653,8 +650,8 @@ def _bounds(e: Expr, ranges: Mapping[str, Interval], memo: dict) -> tuple:
             for atom, group in itertools.groupby(mono):
                 iv = _imul(iv, _ipow(_bounds(atom, ranges, memo), len(list(group))))
             r = _xadd(r[0], iv[0]), _xadd(r[1], iv[1])
-    elif op == "if" and _decide(args[0], ranges, memo) is not None:
-        r = _bounds(args[1] if _decide(args[0], ranges, memo) else args[2], ranges, memo)
+    elif op == "if" and (known := _decide(args[0], ranges, memo)) is not None:
+        r = _bounds(args[1] if known else args[2], ranges, memo)
     else:
         (al, ah), (bl, bh) = (_bounds(x, ranges, memo) for x in args[-2:])
         if op in ("min", "max"):
