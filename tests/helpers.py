@@ -26,7 +26,7 @@ def run_both(fn: Callable, cfn: Callable, args: list) -> Any:
         except Exception as got:  # noqa: BLE001
             assert type(got) is type(e), f"eager raised {type(e).__name__}: {e}; compiled raised {got!r}"
             return e
-        raise AssertionError(f"eager raised {e!r} but the compiled function returned")
+        raise AssertionError(f"eager raised {e!r} but the compiled function returned") from e
     got = cfn(*args)
     torch.testing.assert_close(got, expected, equal_nan=True)
     return got

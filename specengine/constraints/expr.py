@@ -418,7 +418,7 @@ def or_(*xs: BoolLike) -> Expr:
 
 
 def normalize(b: BoolLike) -> Expr:
-    """Canonical meaning-preserving form: relations become ``p >= 0``, ``p == 0`` or ``p != 0``, no ``not``."""
+    """Canonical equivalent of ``b``: relations become ``p >= 0``, ``p == 0`` or ``p != 0``; no ``not``."""
     b = _bool(b)
     if b._norm is None:
         object.__setattr__(b, "_norm", _normalize(b))

@@ -96,7 +96,9 @@ class Solver:
     def full_specialization(self) -> Solution:
         """The strongest guard set: every symbol pinned to its hint."""
         pins = {s: self.hints[s] for s in self._symbols()}
-        guards = tuple(Constraint(E.eq(E.sym(s), v), Provenance("<solver>", 0, "pin", "fallback")) for s, v in pins.items())
+        guards = tuple(
+            Constraint(E.eq(E.sym(s), v), Provenance("<solver>", 0, "pin", "fallback")) for s, v in pins.items()
+        )
         return Solution(guards, pins, {}, frozenset(E.normalize(g.expr) for g in guards), self.z3_calls)
 
     def _symbols(self) -> list[str]:

@@ -6,9 +6,9 @@ from typing import Any
 
 import torch
 
+from specengine.codegen import signature_source
 from specengine.constraints import expr as E
 from specengine.constraints.solver import Solution
-from specengine.codegen import signature_source
 from specengine.prologue.codegen import Check, Guard, Prologue
 from specengine.prologue.inputs import ConstSpec, DictSpec, InputSpecs, IntSpec, SeqSpec, TensorSpec
 
@@ -65,7 +65,9 @@ def _unpack(st: _Steps, spec: Any, needed: set[str], pinned: dict[str, int]) -> 
 
 def _tensor_checks(st: _Steps, spec: TensorSpec) -> None:
     x, p = spec.local, spec.path
-    st.check(f"{x}.dtype is not {st.name(spec.dtype, 'dtype')}", f"{p}.dtype is {spec.dtype}", (f"{p}.dtype", f"{x}.dtype"))
+    st.check(
+        f"{x}.dtype is not {st.name(spec.dtype, 'dtype')}", f"{p}.dtype is {spec.dtype}", (f"{p}.dtype", f"{x}.dtype")
+    )
     dev = spec.device
     if dev.type == "cpu":
         fail = f"not {x}.is_cpu"
@@ -156,4 +158,10 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
 
 
 def _is_pin(e: E.Expr, pinned: dict[str, int]) -> bool:
-    return e.op == "rel" and e.args[0] == "==" and e.args[1].op == "sym" and e.args[1].args[0] in pinned and e.args[2].is_const
+    return (
+        e.op == "rel"
+        and e.args[0] == "=="
+        and e.args[1].op == "sym"
+        and e.args[1].args[0] in pinned
+        and e.args[2].is_const
+    )

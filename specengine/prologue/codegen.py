@@ -7,17 +7,12 @@ same check list also generates an explainer, which reports the first failing che
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
-
-import torch
 
 from specengine.codegen import exec_source
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
-from specengine.constraints.solver import Solution
-from specengine.prologue.inputs import ConstSpec, DictSpec, InputSpecs, IntSpec, SeqSpec, TensorSpec
 
 
 @dataclass(frozen=True)
