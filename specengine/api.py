@@ -84,7 +84,7 @@ def _computation_stage(trace: Trace, solution: Solution, specs: InputSpecs, opti
     claimed, requests = claim_trace(specialized, options.executors)
     if requests:
         raise SpecEngineError("needs-constant requests are not handled yet (issue 3)")
-    return [specialized, claimed, passes.dce(claimed)]
+    return [specialized, claimed, passes.prune_params(passes.dce(claimed))]
 
 
 def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: Trace,

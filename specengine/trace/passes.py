@@ -116,11 +116,21 @@ def specialize(trace: Trace, substitution: Mapping[str, E.Expr | int], hints: Ma
 
 
 def _free_symbols(bsyms: tuple[BoundSymbol, ...], output: Any) -> set[str]:
+    """Symbols that the bound symbols (decompositions included) and the output refer to."""
     names: set[str] = set()
     for x in tree_leaves(([b.args for b in bsyms], [b.kwargs for b in bsyms], output)):
         if isinstance(x, E.Expr):
             names.update(x.free_symbols())
+    for b in bsyms:
+        names |= _free_symbols(b.subsymbols, None)
     return names
+
+
+def prune_params(trace: Trace) -> Trace:
+    """Drop symbol parameters that the trace no longer uses (tensor parameters stay)."""
+    used = _free_symbols(trace.bsyms, trace.output)
+    params = tuple(p for p in trace.params if not isinstance(p, NumberProxy) or p.name in used)
+    return trace.with_("Pruning unused symbol parameters", params=params)
 
 
 def flatten(trace: Trace) -> Trace:
