@@ -1,0 +1,249 @@
+"""The op database: every supported torch op against eager PyTorch over a sweep of sizes.
+
+Each OpCase is a function and a list of input templates. A template is a tuple of argument specs: a tuple
+of sizes is a float32 tensor, `T(...)` a tensor of another dtype, and the names N, M (sizes) and K (an int
+argument) are filled in from SWEEP, which has sizes 0, 1, 2 and larger ones. Every call is compared with
+eager (the same exception type where eager raises), and so is the traced output's dtype and shape.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import run_both
+
+import specengine
+from specengine.trace.proxies import TensorProxy
+from specengine.trace.symbol import tree_leaves
+
+N, M, K = "n", "m", "k"
+SWEEP = [(2, 3, 1), (0, 2, 0), (1, 1, -1), (2, 0, 3), (5, 4, 2), (1, 5, 7), (3, 1, -4), (4, 4, 4)]
+
+
+@dataclass(frozen=True)
+class T:
+    """A tensor spec: sizes (ints or N/M) and dtype; ints are drawn from [low, high)."""
+
+    shape: tuple
+    dtype: torch.dtype = torch.float32
+    low: int = -5
+    high: int = 6
+
+
+def i64(*shape: Any, low: int = -5) -> T:
+    return T(shape, torch.int64, low)
+
+
+def b8(*shape: Any) -> T:
+    return T(shape, torch.bool)
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """An op under test: `fn` over `templates`; `one_miss`: nothing depends on sizes, so one compile serves
+    every size (0 and 1 included); `static`: also swept with dynamic=False."""
+
+    name: str
+    fn: Callable
+    templates: list
+    one_miss: bool = False
+    static: bool = False
+    xfail: str | None = None
+
+
+def _fill(spec: Any, env: dict) -> Any:
+    if isinstance(spec, str):
+        return env[spec]
+    if isinstance(spec, tuple):
+        spec = T(spec)
+    if not isinstance(spec, T):
+        return spec
+    shape = tuple(env.get(s, s) for s in spec.shape)
+    if spec.dtype.is_floating_point:
+        return torch.randn(shape).to(spec.dtype)
+    if spec.dtype is torch.bool:
+        return torch.randint(0, 2, shape).bool()
+    return torch.randint(spec.low, spec.high, shape, dtype=spec.dtype)
+
+
+def _signature(args: list) -> tuple:
+    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def calls_of(case: OpCase) -> list[list]:
+    """Every template filled in with every (n, m, k) of SWEEP, without repeated signatures."""
+    calls, seen = [], set()
+    for template in case.templates:
+        for n, m, k in SWEEP:
+            args = [_fill(s, {N: n, M: m, K: k}) for s in template]
+            if _signature(args) not in seen:
+                seen.add(_signature(args))
+                calls.append(args)
+    return calls
+
+
+def check_meta(cfn: Any, args: list, out: Any) -> None:
+    """The final trace's output proxies have the dtype and (evaluated) shape of the real outputs."""
+    prologue = specengine.last_prologue(cfn)
+    entry = next(e for e in specengine.cache_entries(cfn) if e.prologue is prologue)
+    final = entry.traces[-1]
+    env = {p.name: v for p, v in zip(final.params, prologue.fn(*args)) if not isinstance(p, TensorProxy)}
+    for proxy, value in zip(tree_leaves(final.output), tree_leaves(out)):
+        if isinstance(proxy, TensorProxy):
+            assert proxy.dtype == value.dtype, f"traced {proxy.dtype}, eager {value.dtype}"
+            assert tuple(d.eval(env) for d in proxy.dims) == tuple(value.shape), f"{proxy} vs {value.shape}"
+
+
+def run_sweep(fn: Callable, calls: list[list], dynamic: bool) -> Any:
+    """Compile and run every call twice (the second pass must only hit); returns the compiled function."""
+    cfn = specengine.compile(fn, dynamic=dynamic)
+    for repeat in range(2):
+        misses = specengine.cache_misses(cfn)
+        for args in calls:
+            out = run_both(fn, cfn, args)
+            if not isinstance(out, Exception):
+                check_meta(cfn, args, out)
+        assert repeat == 0 or specengine.cache_misses(cfn) == misses, "a repeated call missed"
+    return cfn
+
+
+def case_params(cases: list[OpCase]) -> list:
+    marks = lambda c: [pytest.mark.xfail(strict=True, reason=c.xfail)] if c.xfail else []  # noqa: E731
+    return [pytest.param(c, id=c.name, marks=marks(c)) for c in cases]
+
+
+# Elementwise: function, method and operator forms; Python numbers on either side.
+
+X2, Y2 = (N, M), (N, M)
+SAME = [(X2, Y2), ((N,), (N,)), ((), ())]
+ONE = [(X2,), ((N,),), ((),)]
+
+
+def _same(name: str, fn: Callable, templates: list = SAME, static: bool = False) -> OpCase:
+    return OpCase(name, fn, templates, one_miss=True, static=static)
+
+
+def _unary_cases(name: str, torch_fn: Callable, op: Callable | None = None) -> list[OpCase]:
+    method = getattr(torch.Tensor, name)
+    cases = [_same(name, lambda x: torch_fn(x), ONE, static=True), _same(f"Tensor.{name}", lambda x: method(x), ONE)]
+    return cases + ([_same(f"{name}-operator", lambda x: op(x), ONE)] if op else [])
+
+
+def _comparison_cases(name: str, op: Callable) -> list[OpCase]:
+    torch_fn, method = getattr(torch, name), getattr(torch.Tensor, name)
+    return [
+        _same(name, lambda x, y: torch_fn(x, y), static=True),
+        _same(f"Tensor.{name}", lambda x, y: method(x, y)),
+        _same(f"{name}-operator", lambda x, y: op(x, y)),
+        _same(f"{name}-scalar", lambda x: op(x, 0.5), ONE),
+        _same(f"{name}-rscalar", lambda x: op(0, x), ONE),
+        _same(f"{name}-int-float", lambda x, y: op(x, y), [(i64(N, M), X2), ((N,), i64(N))]),
+    ]
+
+
+NONZERO = i64(N, M, low=1)
+ELEMENTWISE = [
+    _same("add", lambda x, y: torch.add(x, y), static=True),
+    _same("add-alpha", lambda x, y: torch.add(x, y, alpha=2)),
+    _same("add-alpha-float", lambda x, y: x.add(y, alpha=-0.5)),
+    _same("add-scalar-alpha", lambda x: torch.add(x, 3, alpha=2), ONE),
+    _same("Tensor.add", lambda x, y: x.add(y)),
+    _same("add-operator", lambda x, y: x + y),
+    _same("radd-scalar", lambda x: 2 + x, ONE),
+    _same("sub", lambda x, y: torch.sub(x, y), static=True),
+    _same("sub-alpha", lambda x, y: torch.sub(x, y, alpha=3)),
+    _same("Tensor.sub-alpha", lambda x, y: x.sub(y, alpha=0.5)),
+    _same("sub-operator", lambda x, y: x - y),
+    _same("rsub-scalar", lambda x: 2 - x, ONE),
+    _same("rsub", lambda x, y: torch.rsub(x, y)),
+    _same("mul", lambda x, y: torch.mul(x, y), static=True),
+    _same("Tensor.mul", lambda x, y: x.mul(y)),
+    _same("mul-operator", lambda x, y: x * y),
+    _same("mul-float", lambda x: x * 2.5, ONE),
+    _same("rmul-int", lambda x: 3 * x, ONE),
+    _same("div", lambda x, y: torch.div(x, y), static=True),
+    _same("Tensor.div", lambda x, y: x.div(y)),
+    _same("div-operator", lambda x, y: x / y),
+    _same("true_divide", lambda x, y: torch.true_divide(x, y)),
+    _same("rdiv-scalar", lambda x: 2 / x, ONE),
+    _same("div-scalar", lambda x: x / 4, ONE),
+    _same("div-trunc", lambda x, y: torch.div(x, y, rounding_mode="trunc")),
+    _same("div-floor", lambda x, y: torch.div(x, y, rounding_mode="floor")),
+    _same("Tensor.div-floor-scalar", lambda x: x.div(2, rounding_mode="floor"), ONE),
+    _same("div-trunc-int", lambda x, y: torch.div(x, y, rounding_mode="trunc"), [(i64(N, M), NONZERO)]),
+    _same("div-floor-int", lambda x, y: x.div(y, rounding_mode="floor"), [(i64(N, M), NONZERO)]),
+    *_unary_cases("neg", torch.neg, operator.neg),
+    *_unary_cases("abs", torch.abs, abs),
+    *_unary_cases("exp", torch.exp),
+    *_unary_cases("log", torch.log),
+    *_unary_cases("tanh", torch.tanh),
+    *_unary_cases("sigmoid", torch.sigmoid),
+    *_unary_cases("relu", torch.relu),
+    _same("F.relu", lambda x: F.relu(x), ONE),
+    _same("relu-int", lambda x: torch.relu(x), [(i64(N, M),)]),
+    _same("pow-scalar", lambda x: x**2, ONE, static=True),
+    _same("pow-float-scalar", lambda x: torch.pow(x, 0.5), ONE),
+    _same("rpow-scalar", lambda x: 2**x, ONE),
+    _same("rpow-float", lambda x: 2.5**x, ONE),
+    _same("pow-scalar-base", lambda x: torch.pow(2, x), ONE),
+    _same("pow-tensor", lambda x, y: x**y),
+    _same("Tensor.pow", lambda x, y: x.pow(y)),
+    _same("pow-int", lambda x: x**2, [(i64(N, M),)]),
+    *[c for name, op in [("eq", operator.eq), ("ne", operator.ne), ("lt", operator.lt), ("le", operator.le),
+                         ("gt", operator.gt), ("ge", operator.ge)] for c in _comparison_cases(name, op)],  # fmt: skip
+    _same("where", lambda x, y: torch.where(x > 0, x, y), static=True),
+    _same("where-bool-cond", lambda c, x, y: torch.where(c, x, y), [(b8(N, M), X2, Y2)]),
+    _same("where-scalar-other", lambda x: torch.where(x > 0, x, 0.0), ONE),
+    _same("where-scalar-input", lambda x: torch.where(x > 0, 1.5, x), ONE),
+    _same("where-two-scalars", lambda x: torch.where(x > 0, 1.0, -1.0), ONE),
+    _same("Tensor.where", lambda x, y: x.where(x > 0, y)),
+    _same("where-broadcast", lambda c, x, y: torch.where(c, x, y), [(b8(N, 1), (1, M), (M,))]),
+]
+
+BROADCAST = [
+    _same("add-outer", lambda x, y: x + y, [((N, 1), (1, M))], static=True),
+    _same("mul-row", lambda x, y: x * y, [((N, 3), (3,)), ((3,), (N, 3))]),
+    _same("sub-keepdim-col", lambda x, y: x - y, [((N, M), (N, 1)), ((N, 1), (N, M))]),
+    _same("div-broadcast-3d", lambda x, y: x / y, [((N, 1, M), (2, 1))]),
+    _same("where-broadcast-scalar", lambda c, x: torch.where(c, x, 2), [(b8(N, 1), (1, M))]),
+    _same("pow-broadcast", lambda x, y: x**y, [((N, 1), (M,))]),
+    _same("gt-broadcast", lambda x, y: x > y, [((N, 1), (1, M))]),
+    OpCase("add-rows-equal", lambda x, y: x + y, [((N, M), (M,))], static=True),
+    OpCase("add-mismatch", lambda x, y: x + y, [((N, 3), (4,)), ((N, M), (M, 1)), ((N,), (M,))], static=True),
+    OpCase("mul-zero-dim", lambda x, y: x * y, [((N, M), (N, 1, 1))]),
+]
+
+DTYPES = [
+    _same("int-plus-float-scalar", lambda x: x + 2.5, [(i64(N),)]),
+    _same("int-times-float-scalar", lambda x: x * 2.5, [(i64(N, M),)]),
+    _same("int-times-int-scalar", lambda x: x * 3, [(i64(N),)]),
+    _same("int-truediv-int", lambda x, y: x / y, [(i64(N), i64(N, low=1))]),
+    _same("int-truediv-scalar", lambda x: x / 2, [(i64(N),)]),
+    _same("bool-plus-int", lambda x, y: x + y, [(b8(N), i64(N)), (b8(N), 3)]),
+    _same("bool-times-float", lambda x: x * 2.5, [(b8(N),)]),
+    _same("f16-plus-f32", lambda x, y: x + y, [(T((N,), torch.float16), (N,))]),
+    _same("f16-plus-f32-0d", lambda x, y: x + y, [(T((N,), torch.float16), ())]),
+    _same("int-plus-f32-0d", lambda x, y: x + y, [(i64(N), ())]),
+    _same("i32-plus-i64", lambda x, y: x + y, [(T((N,), torch.int32), i64(N))]),
+    _same("u8-plus-i8", lambda x, y: x + y, [(T((N,), torch.uint8, 0), T((N,), torch.int8))]),
+    _same("f64-times-f32", lambda x, y: x * y, [(T((N,), torch.float64), (N,))]),
+    _same("int-lt-float", lambda x, y: x < y, [(i64(N), (N,)), ((N,), i64(N))]),
+    _same("int-eq-float-scalar", lambda x: x == 2.0, [(i64(N),)]),
+    _same("int-pow-float", lambda x: x**2.0, [(i64(N),)]),
+    _same("int-rpow", lambda x: 2**x, [(i64(N, low=0),)]),
+    _same("float-rpow-int", lambda x: 2.5**x, [(i64(N),)]),
+    _same("int-floor-div", lambda x, y: torch.div(x, y, rounding_mode="floor"), [(i64(N), i64(N, low=1))]),
+    _same("where-int-float", lambda c, x, y: torch.where(c, x, y), [(b8(N), i64(N), (N,))]),
+    _same("where-int-float-scalar", lambda c, x: torch.where(c, x, 2.5), [(b8(N), i64(N))]),
+    _same("sum-int", lambda x: x.sum(0), [(T((N,), torch.int32),), (b8(N),)]),
+    _same("mean-f16", lambda x: x.mean(), [(T((N,), torch.float16),)]),
+    _same("neg-bool", lambda x: -x, [(b8(N),)]),
+    _same("add-int-float-alpha", lambda x, y: torch.add(x, y, alpha=2.5), [(i64(N), i64(N)), (i64(N), (N,))]),
+    _same("sub-bool", lambda x, y: x - y, [(b8(N), b8(N))]),
+    _same("pow-int-negative", lambda x: x**-1, [(i64(N, low=1),)]),
+]

@@ -1,0 +1,125 @@
+"""The z3 solver and the tracing-time decider."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import z3
+
+import specengine
+from specengine.constraints import expr as E
+from specengine.constraints.constraint import Constraint
+from specengine.constraints.decide import Decider
+from specengine.constraints.solver import Solver
+from specengine.errors import SolverWarning
+from specengine.provenance import Provenance
+
+s0, s1, s2 = E.sym("s0"), E.sym("s1"), E.sym("s2")
+HERE = Provenance("test.py", 1, "op", "reason")
+DIMS = {"s0": (0, None), "s1": (0, None), "s2": (0, None)}
+
+
+def solve(*exprs, hints=None, ranges=DIMS, timeout_ms=2000):
+    hints = hints or {"s0": 3, "s1": 3, "s2": 3}
+    return Solver([Constraint(e, HERE) for e in exprs], ranges, hints, timeout_ms).solve()
+
+
+def texts(solution):
+    return sorted(str(g) for g in solution.guards)
+
+
+def test_equalities_merge_into_classes():
+    sol = solve(E.eq(s1, s0), E.eq(s2, s1))
+    assert dict(sol.rep) == {"s1": "s0", "s2": "s0"}
+    assert texts(sol) == ["s1 == s0", "s2 == s0"]
+    assert sol.substitution() == {"s1": s0, "s2": s0}
+
+
+def test_constraints_over_class_members_are_rewritten_to_the_representative():
+    sol = solve(E.eq(s1, s0), E.gt(s1, 2), E.gt(s0, 2))
+    assert texts(sol) == ["s0 > 2", "s1 == s0"]  # one copy of the predicate, over the representative
+
+
+def test_pins_are_detected_syntactically_and_by_z3():
+    assert dict(solve(E.eq(s0, 3)).pinned) == {"s0": 3}
+    sol = solve(E.eq(E.mul(s0, s0), 9))  # with s0 >= 0 only 3 is possible
+    assert dict(sol.pinned) == {"s0": 3}
+    assert texts(sol) == ["s0 == 3"]
+    product = solve(E.eq(E.mul(s0, s1), 12), hints={"s0": 3, "s1": 4, "s2": 0})
+    assert dict(product.pinned) == {}
+    assert texts(product) == ["s0*s1 == 12"]
+
+
+def test_implied_constraints_are_dropped():
+    sol = solve(E.gt(s0, 2), E.gt(s0, 1), E.ge(s0, 0), hints={"s0": 5, "s1": 0, "s2": 0})
+    assert texts(sol) == ["s0 > 2"]
+    sol = solve(E.gt(s0, s1), E.gt(s1, s2), E.gt(s0, s2), hints={"s0": 3, "s1": 2, "s2": 1})
+    assert texts(sol) == ["s0 > s1", "s1 > s2"]
+
+
+def test_equivalent_sets_get_equal_keys():
+    a = solve(E.gt(s0, 2), hints={"s0": 5, "s1": 0, "s2": 0})
+    b = solve(E.ge(s0, 3), E.gt(s0, 1), hints={"s0": 5, "s1": 0, "s2": 0})
+    c = solve(E.lt(2, s0), hints={"s0": 5, "s1": 0, "s2": 0})
+    assert a.key == b.key == c.key
+    assert a.key != solve(E.gt(s0, 3), hints={"s0": 5, "s1": 0, "s2": 0}).key
+
+
+def test_unknown_falls_back_to_the_stronger_guard_set(monkeypatch):
+    monkeypatch.setattr(z3.Solver, "check", lambda self, *a: z3.unknown)
+    with pytest.warns(SolverWarning, match="z3 gave up"):
+        sol = solve(E.gt(s0, 2), E.gt(s0, 1), hints={"s0": 5, "s1": 0, "s2": 0})
+    assert texts(sol) == ["s0 > 1", "s0 > 2"]  # nothing dropped: stronger, still sound
+
+
+def test_z3_failure_specializes_every_symbol(monkeypatch):
+    def boom(self, *a):
+        raise z3.Z3Exception("injected")
+
+    monkeypatch.setattr(z3.Solver, "check", boom)
+    with pytest.warns(SolverWarning, match="specializing every symbol"):
+        sol = solve(E.gt(s0, 2), hints={"s0": 5, "s1": 1, "s2": 2})
+    assert dict(sol.pinned) == {"s0": 5, "s1": 1, "s2": 2}
+
+
+def test_engine_stays_correct_when_z3_gives_up(monkeypatch):
+    monkeypatch.setattr(z3.Solver, "check", lambda self, *a: z3.unknown)
+
+    def f(a, b):
+        return (a @ b).sum(0) if a.shape[0] > 1 else a.sum()
+
+    cfn = specengine.compile(f, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SolverWarning)
+        for n in (3, 4, 1):
+            a, b = torch.randn(n, 2), torch.randn(2, 5)
+            torch.testing.assert_close(cfn(a, b), f(a, b))
+    assert specengine.cache_misses(cfn) == 2
+
+
+def test_decider_uses_ranges_then_z3_and_records_only_undecided():
+    d = Decider({"s0": 4, "s1": 4}, {"s0": (0, None), "s1": (0, None)})
+    assert d.decide(E.ge(s0, 0), HERE) is True  # by range
+    assert d.z3_calls == 0 and d.constraints == []
+    assert d.decide(E.gt(s0, 2), HERE) is True  # undecided: recorded
+    assert [str(c) for c in d.constraints] == ["s0 > 2"]
+    assert d.decide(E.gt(s0, 1), HERE) is True  # implied by s0 > 2, via z3
+    assert d.z3_calls >= 1 and len(d.constraints) == 1
+    calls = d.z3_calls
+    assert d.decide(E.gt(s0, 1), HERE) is True  # memoized
+    assert d.z3_calls == calls
+    assert d.pin(E.mul(s0, s1), HERE) == 16
+    assert str(d.constraints[-1]) == "s0*s1 == 16"
+
+
+def test_compile_statistics_count_z3_calls():
+    def f(a, b):
+        return a @ b
+
+    cfn = specengine.compile(f, dynamic=True)
+    cfn(torch.randn(2, 3), torch.randn(3, 4))
+    (entry,) = specengine.cache_entries(cfn)
+    assert entry.stats["z3_calls"] >= 1
+    assert entry.stats["compile_s"] > 0
