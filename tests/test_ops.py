@@ -247,3 +247,169 @@ DTYPES = [
     _same("sub-bool", lambda x, y: x - y, [(b8(N), b8(N))]),
     _same("pow-int-negative", lambda x: x**-1, [(i64(N, low=1),)]),
 ]
+
+# Reductions: one dim, several dims, every dim; keepdim; negative dims; dtype=.
+
+X3 = (N, 2, M)
+RED = [(X2,), (X3,)]
+REDUCTIONS = [
+    _same("sum", lambda x: torch.sum(x), RED + [((),)], static=True),
+    _same("Tensor.sum", lambda x: x.sum(), RED),
+    _same("sum-dim", lambda x: x.sum(0), RED),
+    _same("sum-neg-dim", lambda x: x.sum(-1), RED),
+    _same("sum-dims", lambda x: torch.sum(x, (0, -1)), RED),
+    _same("sum-dims-list-keepdim", lambda x: x.sum([1, 0], keepdim=True), RED),
+    _same("sum-keepdim", lambda x: torch.sum(x, 1, keepdim=True), RED),
+    _same("sum-dim-kwarg", lambda x: x.sum(dim=-2), RED),
+    _same("sum-dtype", lambda x: x.sum(dtype=torch.float64), RED),
+    _same("sum-dim-dtype", lambda x: torch.sum(x, 1, dtype=torch.float64), [(i64(N, M),)]),
+    _same("sum-int-keepdim", lambda x: x.sum(-1, keepdim=True), [(i64(N, M),), (b8(N, M),)]),
+    OpCase("sum-bad-dim", lambda x: x.sum(2), [(X2,)]),
+    OpCase("sum-repeated-dim", lambda x: x.sum((0, -2)), [(X2,)]),
+    _same("mean", lambda x: torch.mean(x), RED, static=True),
+    _same("Tensor.mean", lambda x: x.mean(), RED),
+    _same("mean-dim", lambda x: x.mean(0), RED),
+    _same("mean-dims-keepdim", lambda x: x.mean((0, -1), keepdim=True), RED),
+    _same("mean-neg-dim-keepdim", lambda x: torch.mean(x, -1, keepdim=True), RED),
+    _same("mean-dim-list", lambda x: torch.mean(x, dim=[1]), RED),
+    _same("mean-dtype", lambda x: x.mean(dtype=torch.float64), RED),
+    _same("mean-int", lambda x: x.mean(), [(i64(N, M),)]),
+    OpCase("amax", lambda x: torch.amax(x, 0), RED, static=True),
+    OpCase("Tensor.amax-neg-keepdim", lambda x: x.amax(-1, keepdim=True), RED),
+    OpCase("amax-dims", lambda x: x.amax((0, 1)), RED),
+    OpCase("amax-all", lambda x: x.amax(), RED),
+    _same("amax-nonempty-dim", lambda x: x.amax(1), [(X3,)]),
+]
+
+# Shape ops.
+
+SHAPES = [
+    _same("view-flat", lambda x: x.view(-1), RED, static=True),
+    _same("view-shape-product", lambda x: x.view(x.shape[0] * x.shape[1]), [(X2,)]),
+    _same("view-swap-sizes", lambda x: x.view(x.shape[1], x.shape[0]), [(X2,)]),
+    OpCase("view-tuple-infer", lambda x: x.view((-1, x.shape[1])), [(X2,)]),
+    _same("view-divisible", lambda x: x.view(-1, 2), [((N, 4),)]),
+    OpCase("view-infer-indivisible", lambda x: x.view(2, -1), [(X2,)]),
+    OpCase("view-wrong-numel", lambda x: x.view(x.shape[0], 3), [(X2,)]),
+    OpCase("view-two-infer", lambda x: x.view(-1, -1), [(X2,)]),
+    OpCase("view-noncontiguous", lambda x: x.t().view(-1), [(X2,)]),
+    _same("reshape", lambda x: torch.reshape(x, (-1,)), RED, static=True),
+    _same("Tensor.reshape-varargs", lambda x: x.reshape(x.shape[0], x.shape[1]), [(X2,)]),
+    _same("reshape-tuple", lambda x: x.reshape((1, x.shape[0], 1, x.shape[1])), [(X2,)]),
+    OpCase("reshape-infer", lambda x: x.reshape(x.shape[0], -1), [(X3,)]),
+    OpCase("reshape-infer-last", lambda x: x.reshape(-1, 3), [(X2,)]),
+    _same("reshape-0d", lambda x: x.reshape(1, 1), [((),)]),
+    _same("permute", lambda x: x.permute(2, 0, 1), [(X3,)], static=True),
+    _same("permute-tuple", lambda x: x.permute((1, 0, 2)), [(X3,)]),
+    _same("torch.permute-neg", lambda x: torch.permute(x, (0, -1, 1)), [(X3,)]),
+    OpCase("permute-bad", lambda x: x.permute(0, 0, 1), [(X3,)]),
+    _same("transpose", lambda x: x.transpose(0, 1), RED),
+    _same("torch.transpose-neg", lambda x: torch.transpose(x, -1, -2), RED),
+    _same("transpose-same-dim", lambda x: x.transpose(1, 1), RED),
+    _same("T-2d", lambda x: x.T, [(X2,), ((N,),)]),
+    _same("unsqueeze", lambda x: x.unsqueeze(0), ONE, static=True),
+    _same("unsqueeze-neg", lambda x: x.unsqueeze(-1), ONE),
+    _same("torch.unsqueeze-mid", lambda x: torch.unsqueeze(x, 1), [(X2,)]),
+    _same("unsqueeze-neg-mid", lambda x: x.unsqueeze(-2), [(X2,)]),
+    OpCase("unsqueeze-bad-dim", lambda x: x.unsqueeze(3), [(X2,)]),
+    OpCase("squeeze", lambda x: x.squeeze(), [((N, 1, M),), (X2,)], static=True),
+    _same("squeeze-size-1-dim", lambda x: x.squeeze(1), [((N, 1, M),)]),
+    OpCase("squeeze-symbolic-dim", lambda x: torch.squeeze(x, 0), [(X2,)]),
+    _same("squeeze-size-3-dim", lambda x: x.squeeze(-1), [((N, 3),)]),
+    OpCase("squeeze-dims", lambda x: x.squeeze((0, 1)), [((N, 1, M),)]),
+    _same("expand", lambda x: x.expand(-1, 4), [((N, 1),)], static=True),
+    _same("expand-leading", lambda x: x.expand(3, -1, -1), [(X2,)]),
+    _same("expand-from-shape", lambda x, y: x.expand(y.shape[0], -1), [((1, M), (N,))]),
+    OpCase("expand-symbolic", lambda x, y: x.expand(y.shape[0], y.shape[1]), [((N, 1), (N, M)), ((1, M), (N, M))]),
+    OpCase("expand-bad", lambda x: x.expand(2, 3), [(X2,)]),
+    OpCase("expand-too-few", lambda x: x.expand(3), [(X2,)]),
+    _same("flatten", lambda x: x.flatten(), RED + [((),)], static=True),
+    _same("torch.flatten-start", lambda x: torch.flatten(x, 1), RED),
+    _same("flatten-range", lambda x: x.flatten(0, 1), RED),
+    _same("flatten-neg", lambda x: x.flatten(-2, -1), RED),
+    _same("flatten-single", lambda x: x.flatten(1, 1), RED),
+    OpCase("flatten-bad", lambda x: x.flatten(1, 0), RED),
+]
+
+# Matmul.
+
+MATMUL = [
+    _same("matmul-1d-1d", lambda a, b: torch.matmul(a, b), [((M,), (M,))], static=True),
+    _same("matmul-2d-1d", lambda a, b: a @ b, [((N, M), (M,))]),
+    _same("matmul-1d-2d", lambda a, b: a.matmul(b), [((M,), (M, N))]),
+    _same("matmul-2d-2d", lambda a, b: a @ b, [((N, M), (M, 3))], static=True),
+    _same("matmul-3d-3d", lambda a, b: torch.matmul(a, b), [((2, N, M), (2, M, 3)), ((N, 2, M), (N, M, 3))]),
+    _same("matmul-3d-2d", lambda a, b: a @ b, [((N, 2, M), (M, 3))]),
+    _same("matmul-batch-broadcast", lambda a, b: a @ b, [((1, N, M), (3, M, 2))]),
+    _same("matmul-1d-3d", lambda a, b: a @ b, [((M,), (2, M, N))]),
+    _same("matmul-3d-1d", lambda a, b: a @ b, [((2, N, M), (M,))]),
+    OpCase("matmul-mismatch", lambda a, b: a @ b, [((N, M), (3, 2)), ((N, M), (N, M)), ((M,), (N,))]),
+    OpCase("matmul-batch-mismatch", lambda a, b: a @ b, [((N, 2, 3), (M, 3, 2))]),
+    OpCase("matmul-0d", lambda a, b: a @ b, [((), (N,))]),
+]
+
+# Basic indexing; K is an int argument (symbolic under dynamic=True).
+
+INDEXING = [
+    OpCase("index-int", lambda x: x[0], [(X2,), ((N,),)], static=True),
+    OpCase("index-neg-int", lambda x: x[-1], [(X2,)]),
+    OpCase("index-two-ints", lambda x: x[1, -2], [(X2,)]),
+    OpCase("index-int-dim1", lambda x: x[:, -1], [(X2,)]),
+    _same("slice-start", lambda x: x[1:], [(X2,)], static=True),
+    _same("slice-step", lambda x: x[::2], [(X2,)]),
+    _same("slice-start-step", lambda x: x[1::3, ::2], [(X2,)]),
+    _same("slice-neg-bounds", lambda x: x[-3:-1], [(X2,)]),
+    _same("slice-beyond", lambda x: x[:100, -100:], [(X2,)]),
+    _same("slice-empty", lambda x: x[2:1], [(X2,)]),
+    _same("slice-dim1", lambda x: x[:, 1:3], [(X2,)]),
+    _same("index-none", lambda x: x[None], [(X2,), ((),)]),
+    _same("index-none-mid", lambda x: x[:, None], [(X2,)]),
+    _same("index-ellipsis-none", lambda x: x[None, ..., None], [(X3,), ((),)]),
+    OpCase("index-ellipsis-int", lambda x: x[..., 0], [(X3,)]),
+    _same("index-ellipsis-slice", lambda x: x[..., None, 1:], [(X3,)]),
+    _same("index-ellipsis-only", lambda x: x[...], [(X2,)]),
+    OpCase("slice-to-k", lambda x, k: x[:k], [(X2, K)], static=True),
+    OpCase("slice-from-k", lambda x, k: x[k:], [(X2, K)]),
+    OpCase("slice-1-k-2", lambda x, k: x[1:k:2], [(X2, K)]),
+    OpCase("slice-neg-k", lambda x, k: x[:, -k:], [(X2, K)]),
+    _same("slice-to-other-size", lambda x, y: x[: y.shape[0]], [((N, 2), (M,))]),
+    OpCase("index-k", lambda x, k: x[k], [(X2, K)]),
+    OpCase("index-out-of-range", lambda x: x[5], [(X2,)]),
+    OpCase("index-too-many", lambda x: x[0, 0, 0], [(X2,)]),
+    OpCase("slice-zero-step", lambda x: x[::0], [(X2,)]),
+    OpCase("slice-negative-step", lambda x: x[::-1], [(X2,)]),
+]
+
+CASES = ELEMENTWISE + BROADCAST + DTYPES + REDUCTIONS + SHAPES + MATMUL + INDEXING
+
+
+@pytest.mark.parametrize("case", case_params(CASES))
+def test_op_dynamic(case: OpCase) -> None:
+    calls = calls_of(case)
+    for order in (calls, calls[::-1]):
+        cfn = run_sweep(case.fn, order, dynamic=True)
+        misses = specengine.cache_misses(cfn)
+        assert misses <= len(calls)
+        if case.one_miss:
+            succeeded = any(not _raises(case.fn, args) for args in calls)
+            assert misses == int(succeeded), f"{misses} misses; guards: {specengine.last_guards(cfn)}"
+
+
+@pytest.mark.parametrize("case", case_params([c for c in CASES if c.static]))
+def test_op_static(case: OpCase) -> None:
+    calls = calls_of(case)
+    cfn = run_sweep(case.fn, calls, dynamic=False)
+    assert specengine.cache_misses(cfn) == sum(not _raises(case.fn, args) for args in calls)
+
+
+def _raises(fn: Callable, args: list) -> bool:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001
+        return True
+    return False
+
+
+def test_every_case_name_is_unique() -> None:
+    names = [c.name for c in CASES]
+    assert len(names) == len(set(names))
