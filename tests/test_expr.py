@@ -22,9 +22,7 @@ from specengine.constraints.expr import (
     add,
     and_,
     as_expr,
-    bounds,
     const,
-    decide_by_bounds,
     eq,
     floordiv,
     ge,
@@ -43,8 +41,9 @@ from specengine.constraints.expr import (
     or_,
     sub,
     sym,
-    to_z3,
 )
+from specengine.constraints.intervals import bounds, decide_by_bounds  # noqa: E402
+from specengine.constraints.z3expr import to_z3  # noqa: E402
 
 SYMS = ("s0", "s1", "s2")
 s0, s1, s2 = (sym(n) for n in SYMS)

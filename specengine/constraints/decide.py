@@ -11,6 +11,8 @@ import z3
 
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
+from specengine.constraints.intervals import decide_by_bounds
+from specengine.constraints.z3expr import to_z3
 from specengine.provenance import Provenance
 
 Ranges = dict[str, tuple[int | None, int | None]]
@@ -51,7 +53,7 @@ class Decider:
         self.constraints.append(Constraint(b, provenance))
         self._memo[E.normalize(b)] = True
         if self._solver is not None:
-            self._solver.add(E.to_z3(b, self._z3_env))
+            self._solver.add(to_z3(b, self._z3_env))
 
     def implied(self, b: E.Expr, value: bool) -> bool:
         """Whether the ranges and recorded constraints imply that `b` has truth value `value`."""
@@ -62,7 +64,7 @@ class Decider:
             return True
         known = self._memo.get(n)
         if known is None:
-            known = E.decide_by_bounds(n, self.ranges)
+            known = decide_by_bounds(n, self.ranges)
         if known is None:
             known = self._z3_decide(n, value)
         if known is not None:
@@ -74,7 +76,7 @@ class Decider:
         self.z3_calls += 1
         solver.push()
         try:
-            z = E.to_z3(n, self._z3_env)
+            z = to_z3(n, self._z3_env)
             solver.add(z3.Not(z) if value else z)
             result = solver.check()
         finally:
@@ -88,7 +90,7 @@ class Decider:
             for fact in range_facts(self.ranges, self._z3_env):
                 self._solver.add(fact)
             for c in self.constraints:
-                self._solver.add(E.to_z3(c.expr, self._z3_env))
+                self._solver.add(to_z3(c.expr, self._z3_env))
         return self._solver
 
 
@@ -96,7 +98,7 @@ def range_facts(ranges: Ranges, env: dict[str, z3.ArithRef]) -> list:
     """z3 facts for symbol ranges (inclusive bounds, None = unbounded)."""
     facts = []
     for name, (lo, hi) in ranges.items():
-        v = E.to_z3(E.sym(name), env)
+        v = to_z3(E.sym(name), env)
         if lo is not None:
             facts.append(v >= lo)
         if hi is not None:

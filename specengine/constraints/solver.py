@@ -17,6 +17,7 @@ import z3
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
 from specengine.constraints.decide import Ranges, range_facts
+from specengine.constraints.z3expr import to_z3
 from specengine.errors import SolverWarning
 from specengine.provenance import Provenance
 
@@ -177,12 +178,12 @@ class Solver:
     def _implicit_pins(self, constraints: list[Constraint], pinned: Mapping[str, int]) -> dict[str, int]:
         """Symbols that the constraints force to one value (e.g. `s0*s0 == 9` with `s0 >= 0`)."""
         env: dict = {}
-        facts = range_facts(self.ranges, env) + [E.to_z3(c.expr, env) for c in constraints]
+        facts = range_facts(self.ranges, env) + [to_z3(c.expr, env) for c in constraints]
         candidates = sorted({s for c in constraints for s in c.expr.free_symbols()} - set(pinned),
                             key=lambda s: E.sym(s).sort_key)  # fmt: skip
         found = {}
         for s in candidates:
-            if self._check(facts + [E.to_z3(E.sym(s), env) != self.hints[s]], f"checking if {s} is pinned") == z3.unsat:
+            if self._check(facts + [to_z3(E.sym(s), env) != self.hints[s]], f"checking if {s} is pinned") == z3.unsat:
                 found[s] = self.hints[s]
         return found
 
@@ -193,8 +194,8 @@ class Solver:
         base = range_facts(ranges, env)
         kept = list(constraints)
         for c in list(constraints):
-            others = [E.to_z3(o.expr, env) for o in kept if o is not c]
-            if self._check(base + others + [z3.Not(E.to_z3(c.expr, env))], f"minimizing {c}") == z3.unsat:
+            others = [to_z3(o.expr, env) for o in kept if o is not c]
+            if self._check(base + others + [z3.Not(to_z3(c.expr, env))], f"minimizing {c}") == z3.unsat:
                 kept.remove(c)
         return kept
 
