@@ -40,18 +40,19 @@ class CompiledFunction:
         self._options = options
         self._cache = Cache()
         self._entries: tuple[CacheEntry, ...] = ()
+        self._table: tuple = ()  # (prologue, computation, entry) per entry: the lock-free dispatch path
         self._lock = threading.RLock()
         self._last: CacheEntry | None = None
         self._last_compiled: CacheEntry | None = None
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        for entry in self._entries:
-            inputs = entry.prologue.fn(*args, **kwargs)
+        for prologue, computation, entry in self._table:
+            inputs = prologue(*args, **kwargs)
             if inputs is not None:
                 entry.hits += 1
                 self._last = entry
-                return entry.computation(*inputs)
+                return computation(*inputs)
         return self._miss(args, kwargs)
 
     def _miss(self, args: tuple, kwargs: dict) -> Any:
@@ -60,6 +61,7 @@ class CompiledFunction:
             entry = compile_entry(self._fn, args, kwargs, self._options)
             self._cache.add(entry, reasons)
             self._entries = self._cache.entries
+            self._table = tuple((e.prologue.fn, e.computation, e) for e in self._entries)
             self._last = self._last_compiled = entry
         inputs = entry.prologue.fn(*args, **kwargs)
         if inputs is None:
