@@ -73,8 +73,8 @@ def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
     sym = TORCH_TABLE.get(func)
     if sym is not None:
         return sym(*args, **kwargs)
-    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
-    raise unsupported(f"torch.{name}", "specengine has no symbolic rule for this op yet; call it eagerly")
+    name = torch.overrides.resolve_name(func) or repr(func)
+    raise unsupported(name, "it has no symbolic rule yet; run it outside the compiled function")
 
 
 class TraceMode(TorchFunctionMode):

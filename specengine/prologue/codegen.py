@@ -66,7 +66,8 @@ class Prologue:
         self.name = name
         self.steps = steps
         self.globals = glb
-        self.source = _render(name, sig, steps, returns, fast=True)
+        self.provenance = "Prologue generation"
+        self.source = f"# Constructed by {self.provenance}\n" + _render(name, sig, steps, returns, fast=True)
         self.fn: Callable = exec_source(self.source, name, glb)
         self._explain = exec_source(_render(name, sig, steps, returns, fast=False), name, glb)
 

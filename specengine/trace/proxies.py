@@ -197,17 +197,33 @@ def _install_number_ops() -> None:
         setattr(NumberProxy, f"__{name}__", _number_binary(f"sym_{name}", getattr(operator, f"{name}_")))
         setattr(NumberProxy, f"__r{name}__", _number_binary(f"sym_{name}", getattr(operator, f"{name}_"), True))
 
-    def truediv(a: Any, b: Any) -> float:
-        return float(a) / float(b)
+    def truediv(a: Any, b: Any) -> Any:
+        if not isinstance(a, (int, float, NumberProxy)) or not isinstance(b, (int, float, NumberProxy)):
+            return NotImplemented
+        return float(_concrete(a)) / float(_concrete(b))
+
+    def power(a: Any, b: Any) -> Any:
+        if not isinstance(b, (int, float, NumberProxy)) or not isinstance(a, (int, float, NumberProxy)):
+            return NotImplemented
+        if type(b) is int and b >= 0 and isinstance(a, NumberProxy) and a.python_type is int:
+            return math.prod([a] * b, start=1)
+        return _concrete(a) ** _concrete(b)
 
     NumberProxy.__truediv__ = lambda self, other: truediv(self, other)
     NumberProxy.__rtruediv__ = lambda self, other: truediv(other, self)
+    NumberProxy.__pow__ = lambda self, other: power(self, other)
+    NumberProxy.__rpow__ = lambda self, other: power(other, self)
     NumberProxy.__neg__ = lambda self: _prims().sym_neg(self)
     NumberProxy.__pos__ = lambda self: self
     NumberProxy.__abs__ = lambda self: _prims().sym_abs(self)
 
 
 _install_number_ops()
+
+
+def _concrete(x: Any) -> Any:
+    """A Python number for `x`; a NumberProxy is pinned (an equality constraint is recorded)."""
+    return int(x) if isinstance(x, NumberProxy) else x
 
 
 def value_expr(x: Any) -> E.Expr:
