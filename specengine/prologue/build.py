@@ -20,11 +20,13 @@ class _Steps:
         self.glb: dict[str, Any] = {"torch": torch}
 
     def name(self, value: Any, hint: str) -> str:
-        """A global holding `value` (types, dtypes, constants)."""
+        """A global holding `value` (types, dtypes, constants), named after `hint` where that is free."""
         for k, v in self.glb.items():
             if v is value:
                 return k
-        key = f"_{hint}{len(self.glb)}"
+        key = f"_{hint}"
+        while key in self.glb:
+            key = f"_{hint}{len(self.glb)}"
         self.glb[key] = value
         return key
 
@@ -33,7 +35,7 @@ class _Steps:
 
 
 def _type_check(st: _Steps, spec: Any, expected: type) -> None:
-    st.check(f"type({spec.local}) is not {st.name(expected, 'type')}", f"type({spec.path}) is {expected.__name__}",
+    st.check(f"type({spec.local}) is not {st.name(expected, expected.__name__)}", f"type({spec.path}) is {expected.__name__}",
              (f"type({spec.path})", f"type({spec.local})"))  # fmt: skip
 
 
@@ -66,7 +68,9 @@ def _unpack(st: _Steps, spec: Any, needed: set[str], pinned: dict[str, int]) -> 
 def _tensor_checks(st: _Steps, spec: TensorSpec) -> None:
     x, p = spec.local, spec.path
     st.check(
-        f"{x}.dtype is not {st.name(spec.dtype, 'dtype')}", f"{p}.dtype is {spec.dtype}", (f"{p}.dtype", f"{x}.dtype")
+        f"{x}.dtype is not {st.name(spec.dtype, str(spec.dtype).removeprefix('torch.'))}",
+        f"{p}.dtype is {spec.dtype}",
+        (f"{p}.dtype", f"{x}.dtype"),
     )
     dev = spec.device
     if dev.type == "cpu":
@@ -146,12 +150,12 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
     for g in unpinned:
         values = tuple((src(s), s) for s in sorted(g.expr.free_symbols(), key=lambda s: E.sym(s).sort_key))
         st.check(f"not ({g.expr.to_python()})", g.expr.to_python(src), *values, provenance=str(g.provenance))
-    grad = st.name(torch.is_grad_enabled, "grad")
+    grad = st.name(torch.is_grad_enabled, "is_grad_enabled")
     st.check(f"{'not ' if grad_enabled else ''}{grad}()", f"torch.is_grad_enabled() is {grad_enabled}",
              ("torch.is_grad_enabled()", f"{grad}()"))  # fmt: skip
     if default_dtype is not None:
-        getter = st.name(torch.get_default_dtype, "default_dtype")
-        st.check(f"{getter}() is not {st.name(default_dtype, 'dtype')}", f"torch.get_default_dtype() is {default_dtype}",
+        getter = st.name(torch.get_default_dtype, "get_default_dtype")
+        st.check(f"{getter}() is not {st.name(default_dtype, str(default_dtype).removeprefix('torch.'))}", f"torch.get_default_dtype() is {default_dtype}",
                  ("torch.get_default_dtype()", f"{getter}()"))  # fmt: skip
     signature = signature_source(specs.signature, st.glb)
     return Prologue(name, st.steps, returns, st.glb, signature), guards
