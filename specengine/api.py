@@ -12,17 +12,21 @@ import torch
 
 from specengine.cache import Cache, CacheEntry
 from specengine.codegen import function_name
+from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
 from specengine.constraints.solver import Solution, Solver
 from specengine.errors import SpecEngineError
-from specengine.executors import Executor, claim_trace, resolve_executors
+from specengine.executors import Executor, Request, claim_trace, resolve_executors
 from specengine.prologue.build import build_prologue
 from specengine.prologue.codegen import Prologue
 from specengine.prologue.inputs import InputSpecs, describe_inputs
+from specengine.provenance import Provenance
 from specengine.trace import passes
 from specengine.trace.interpreter import trace_function
 from specengine.trace.proxies import NumberProxy
 from specengine.trace.trace import Trace, format_value
+
+_MAX_CLAIM_ROUNDS = 8
 
 
 @dataclass(frozen=True)
@@ -81,12 +85,31 @@ def _solve_stage(decider: Decider, specs: InputSpecs, options: Options) -> Solut
     return Solver(decider.constraints, specs.ranges, specs.hints, options.timeout_ms).solve()
 
 
-def _computation_stage(trace: Trace, solution: Solution, specs: InputSpecs, options: Options) -> list[Trace]:
-    specialized = passes.specialize(trace, solution.substitution(), specs.hints)
-    claimed, requests = claim_trace(specialized, options.executors)
-    if requests:
-        raise SpecEngineError("needs-constant requests are not handled yet (issue 3)")
-    return [specialized, claimed, passes.prune_params(passes.dce(claimed))]
+def _record_requests(requests: list[Request], decider: Decider) -> int:
+    """Turn needs-constant requests into constraints (`expr == hint`); returns how many were new."""
+    new = 0
+    for r in requests:
+        b = r.expr if r.expr.is_bool else E.eq(r.expr, r.expr.eval(decider.hints))
+        value = bool(b.eval(decider.hints))
+        if decider.implied(b, value):
+            continue
+        src = r.bsym.source or Provenance("<unknown>", 0)
+        reason = f"the {r.executor} executor needs a constant"
+        decider.record(b if value else E.not_(b), Provenance(src.filename, src.lineno, r.bsym.sym.name, reason))
+        new += 1
+    return new
+
+
+def _computation_stage(cleaned: Trace, decider: Decider, specs: InputSpecs,
+                       options: Options) -> tuple[Solution, list[Trace]]:  # fmt: skip
+    """Solve, specialize and claim until the executors request no new constants."""
+    for _ in range(_MAX_CLAIM_ROUNDS):
+        solution = _solve_stage(decider, specs, options)
+        specialized = passes.specialize(cleaned, solution.fold, specs.hints)
+        claimed, requests = claim_trace(specialized, options.executors)
+        if not _record_requests(requests, decider):
+            return solution, [specialized, claimed, passes.prune_params(passes.dce(claimed))]
+    raise SpecEngineError(f"executors kept requesting new constants after {_MAX_CLAIM_ROUNDS} rounds")
 
 
 def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: Trace,
@@ -100,16 +123,32 @@ def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: 
 
 def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options) -> CacheEntry:
     """The compile pipeline: describe inputs, trace, solve, specialize and claim, generate the prologue."""
-    t0 = time.perf_counter()
+    times = {"start": time.perf_counter()}
     specs = describe_inputs(fn, args, kwargs, options.dynamic)
     traces, decider, uses_default_dtype = _trace_stage(fn, specs, options)
-    solution = _solve_stage(decider, specs, options)
-    traces += _computation_stage(traces[-1], solution, specs, options)
-    final = traces[-1]
-    prologue, guards = _prologue_stage(fn, specs, solution, final, uses_default_dtype)
-    stats = {"z3_calls": decider.z3_calls + solution.z3_calls, "compile_s": time.perf_counter() - t0}
+    times["trace"] = time.perf_counter()
+    solution, computation = _computation_stage(traces[-1], decider, specs, options)
+    traces += computation
+    times["solve"] = time.perf_counter()
+    prologue, guards = _prologue_stage(fn, specs, solution, traces[-1], uses_default_dtype)
+    entry_fn = traces[-1].python_callable()
+    times["codegen"] = time.perf_counter()
     key = (_static_key(specs), solution.key, torch.is_grad_enabled(), uses_default_dtype and torch.get_default_dtype())
-    return CacheEntry(prologue, final.python_callable(), traces, guards, solution, key, stats)
+    stats = _stats(times, decider, solution)
+    return CacheEntry(prologue, entry_fn, traces, guards, solution, key, stats)
+
+
+def _stats(times: dict[str, float], decider: Decider, solution: Solution) -> dict[str, Any]:
+    """Compile statistics: seconds per stage, z3 calls, z3 seconds and the slowest z3 query."""
+    return {
+        "trace_s": times["trace"] - times["start"],
+        "solve_s": times["solve"] - times["trace"],
+        "codegen_s": times["codegen"] - times["solve"],
+        "compile_s": times["codegen"] - times["start"],
+        "z3_calls": decider.z3_calls + solution.z3_calls,
+        "z3_s": decider.z3_seconds + solution.z3_seconds,
+        "z3_max_query_s": max(decider.z3_max_seconds, solution.z3_max_seconds),
+    }
 
 
 def _static_key(specs: InputSpecs) -> str:

@@ -7,6 +7,8 @@ decision is recorded as a constraint with its provenance.
 
 from __future__ import annotations
 
+import time
+
 import z3
 
 from specengine.constraints import expr as E
@@ -30,6 +32,8 @@ class Decider:
         self.ranges = ranges
         self.constraints: list[Constraint] = []
         self.z3_calls = 0
+        self.z3_seconds = 0.0
+        self.z3_max_seconds = 0.0
         self._timeout_ms = timeout_ms
         self._memo: dict[E.Expr, bool] = {}
         self._solver: z3.Solver | None = None
@@ -75,12 +79,16 @@ class Decider:
         solver = self._ensure_solver()
         self.z3_calls += 1
         solver.push()
+        start = time.perf_counter()
         try:
             z = to_z3(n, self._z3_env)
             solver.add(z3.Not(z) if value else z)
             result = solver.check()
         finally:
             solver.pop()
+            elapsed = time.perf_counter() - start
+            self.z3_seconds += elapsed
+            self.z3_max_seconds = max(self.z3_max_seconds, elapsed)
         return value if result == z3.unsat else None
 
     def _ensure_solver(self) -> z3.Solver:

@@ -8,6 +8,7 @@ the stronger guard set and warns. If z3 itself fails, every symbol is pinned (fu
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
@@ -42,11 +43,18 @@ class Solution:
     key: frozenset
     z3_calls: int = 0
     warnings: tuple[str, ...] = field(default=())
+    expr_pins: Mapping[E.Expr, int] = field(default_factory=dict)
+    z3_seconds: float = 0.0
+    z3_max_seconds: float = 0.0
 
     def substitution(self) -> dict[str, E.Expr]:
         sub: dict[str, E.Expr] = {s: E.const(v) for s, v in self.pinned.items()}
         sub.update({s: E.sym(r) for s, r in self.rep.items() if s not in self.pinned})
         return sub
+
+    def fold(self, e: E.Expr) -> E.Expr:
+        """`e` over representatives, with pinned symbols and pinned expressions replaced by constants."""
+        return E.fold_pinned(e.subs(self.substitution()), self.expr_pins)
 
 
 class _Classes:
@@ -85,6 +93,8 @@ class Solver:
         self.hints = dict(hints)
         self.timeout_ms = timeout_ms
         self.z3_calls = 0
+        self.z3_seconds = 0.0
+        self.z3_max_seconds = 0.0
         self.notes: list[str] = []
 
     def solve(self) -> Solution:
@@ -115,12 +125,14 @@ class Solver:
         for s, v in self._implicit_pins(rest, pinned).items():
             pinned[s] = v
             rest = self._substituted(rep, pinned)
+        expr_pins = _expression_pins(rest)
         rest = self._minimize(rest, pinned)
         guards = self._class_guards(rep, pinned, eq_prov) + tuple(rest)
         key = frozenset(E.normalize(g.expr) for g in guards)
         log.debug("solved %d constraints into %d guards with %d z3 calls", len(self.constraints), len(guards),
                   self.z3_calls)  # fmt: skip
-        return Solution(guards, pinned, rep, key, self.z3_calls, tuple(self.notes))
+        return Solution(guards, pinned, rep, key, self.z3_calls, tuple(self.notes), expr_pins, self.z3_seconds,
+                        self.z3_max_seconds)  # fmt: skip
 
     def _classes_and_pins(self) -> tuple[_Classes, dict[str, int], dict[str, Provenance]]:
         classes, pinned, prov = _Classes(), {}, {}
@@ -168,7 +180,11 @@ class Solver:
         solver = self._z3()
         solver.add(*facts)
         self.z3_calls += 1
+        start = time.perf_counter()
         result = solver.check()
+        elapsed = time.perf_counter() - start
+        self.z3_seconds += elapsed
+        self.z3_max_seconds = max(self.z3_max_seconds, elapsed)
         if result == z3.unknown:
             note = f"z3 gave up ({solver.reason_unknown()}) while {what}; keeping the stronger guard set"
             self.notes.append(note)
@@ -209,6 +225,16 @@ class Solver:
             elif s in rep:
                 out.append(Constraint(E.eq(E.sym(s), E.sym(rep[s])), prov.get(s, default)))
         return tuple(out)
+
+
+def _expression_pins(constraints: list[Constraint]) -> dict[E.Expr, int]:
+    """Expressions that constraints pin to one value (`s0*s1 == 12`); symbols are pinned separately."""
+    pins = {}
+    for c in constraints:
+        parts = _linear_parts(E.normalize(c.expr))
+        if parts is not None and parts[0].op != "sym" and not parts[0].is_const:
+            pins[parts[0]] = -parts[1]
+    return pins
 
 
 def _is_difference(p: E.Expr) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from specengine.constraints.expr import Expr
@@ -10,7 +11,16 @@ from specengine.executors.protocol import Claim, Executor
 from specengine.trace.symbol import BoundSymbol
 from specengine.trace.trace import Trace
 
-__all__ = ["Claim", "Executor", "claim_trace", "resolve_executors"]
+__all__ = ["Claim", "Executor", "Request", "claim_trace", "resolve_executors"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """A needs-constant request: `expr` must be a compile-time constant for `executor` to run `bsym`."""
+
+    expr: Expr
+    executor: str
+    bsym: BoundSymbol
 
 
 def resolve_executors(executors: Sequence[Executor | str] | None) -> tuple[Executor, ...]:
@@ -30,11 +40,11 @@ def resolve_executors(executors: Sequence[Executor | str] | None) -> tuple[Execu
     return tuple(out)
 
 
-def claim_trace(trace: Trace, executors: Sequence[Executor]) -> tuple[Trace, list[tuple[Expr, BoundSymbol]]]:
+def claim_trace(trace: Trace, executors: Sequence[Executor]) -> tuple[Trace, list[Request]]:
     """Hand each bound symbol to the first executor that claims it; unclaimed ops are decomposed.
 
     Returns:
-        The claimed trace and the needs-constant requests, each with the bound symbol that made it.
+        The claimed trace and the needs-constant requests (each with the executor and bound symbol).
     """
     bsyms: list[BoundSymbol] = []
     requests: list[tuple[Expr, BoundSymbol]] = []
@@ -49,7 +59,7 @@ def _claim(bsym: BoundSymbol, executors: Sequence[Executor], out: list, requests
         claim = ex.claim(bsym)
         if claim is not None:
             out.append(bsym.with_(sym=claim.impl, subsymbols=()))
-            requests.extend((e, bsym) for e in claim.needs_constant if not e.is_const)
+            requests.extend(Request(e, ex.name, bsym) for e in claim.needs_constant if not e.is_const)
             return
     if not bsym.subsymbols:
         where = bsym.source.where if bsym.source else "<unknown>"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from specengine.constraints import expr as E
 from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy
@@ -86,7 +86,7 @@ def _swap_args(bsym: BoundSymbol, swap: dict[int, Any]) -> BoundSymbol:
     return bsym.with_(args=tree_map(fn, bsym.args), kwargs=tuple((k, tree_map(fn, v)) for k, v in bsym.kwargs))
 
 
-def specialize(trace: Trace, substitution: Mapping[str, E.Expr | int], hints: Mapping[str, int]) -> Trace:
+def specialize(trace: Trace, fold: Callable[[E.Expr], E.Expr], hints: Mapping[str, int]) -> Trace:
     """Replace numbers by symbolic values over the entry's symbols, substituting pinned constants and
     symbol-class representatives; shape queries and scalar arithmetic then vanish (their results are
     computed from the prologue's symbols)."""
@@ -94,15 +94,15 @@ def specialize(trace: Trace, substitution: Mapping[str, E.Expr | int], hints: Ma
 
     def fn(x: Any) -> Any:
         if isinstance(x, NumberProxy):
-            e = x.expr.subs(substitution)
+            e = fold(x.expr)
             return e.value if e.is_const else e
         if isinstance(x, E.Expr):
-            e = x.subs(substitution)
+            e = fold(x)
             return e.value if e.is_const else e
         if isinstance(x, TensorProxy):
             new = tensors.get(id(x))
             if new is None:
-                dims = tuple(d.subs(substitution) for d in x.dims)
+                dims = tuple(fold(d) for d in x.dims)
                 new = tensors[id(x)] = TensorProxy(x.name, dims, x.dtype, x.device, x.requires_grad)
             return new
         return x

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import types
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -52,8 +53,19 @@ class Trace:
         return self.python()
 
     def python_callable(self) -> Callable:
-        """The trace as a Python function (source registered in linecache)."""
-        return exec_source(self.python(), self.name, trace_globals())
+        """The trace as a Python function (source registered in linecache).
+
+        Symbols of executors outside specengine print as `<module>.<name>`; their callables are bound
+        under those names.
+        """
+        glb = trace_globals()
+        for bsym in self.bsyms:
+            module = bsym.sym.module
+            if module and module not in glb:
+                glb[module] = types.SimpleNamespace()
+            if module and isinstance(glb[module], types.SimpleNamespace):
+                setattr(glb[module], bsym.sym.name, bsym.sym.impl)
+        return exec_source(self.python(), self.name, glb)
 
 
 def format_value(x: Any) -> str:
