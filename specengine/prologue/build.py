@@ -149,7 +149,7 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
     guards = [Guard(g, g.expr.to_python(src)) for g in solution.guards]
     for g in unpinned:
         values = tuple((src(s), s) for s in sorted(g.expr.free_symbols(), key=lambda s: E.sym(s).sort_key))
-        st.check(f"not ({g.expr.to_python()})", g.expr.to_python(src), *values, provenance=str(g.provenance))
+        st.check(E.not_(g.expr).to_python(), g.expr.to_python(src), *values, provenance=str(g.provenance))
     grad = st.name(torch.is_grad_enabled, "is_grad_enabled")
     st.check(f"{'not ' if grad_enabled else ''}{grad}()", f"torch.is_grad_enabled() is {grad_enabled}",
              ("torch.is_grad_enabled()", f"{grad}()"))  # fmt: skip

@@ -99,10 +99,13 @@ def _render(name: str, sig: str, steps: list, returns: Sequence[str], fast: bool
 
     for step in steps:
         if isinstance(step, Check):
-            if fast:
-                pending.append(step.fail)
-            else:
+            if not fast:
                 lines.append(f"  if {step.fail}: return {k}, locals()")
+            elif step.provenance:
+                flush()
+                lines.append(f"  if {step.fail}: return None  # {step.provenance}")
+            else:
+                pending.append(step.fail)
             k += 1
         else:
             flush()
