@@ -17,7 +17,7 @@ from specengine.constraints.decide import Decider
 from specengine.constraints.solver import Solution, Solver
 from specengine.errors import SpecEngineError
 from specengine.executors import Executor, Request, claim_trace, resolve_executors
-from specengine.prologue.build import build_prologue
+from specengine.prologue.build import build_index_key, build_prologue
 from specengine.prologue.codegen import Prologue
 from specengine.prologue.inputs import InputSpecs, describe_inputs
 from specengine.provenance import Provenance
@@ -44,14 +44,25 @@ class CompiledFunction:
         self._options = options
         self._cache = Cache()
         self._entries: tuple[CacheEntry, ...] = ()
-        self._table: tuple = ()  # (prologue, computation, entry) per entry: the lock-free dispatch path
         self._lock = threading.RLock()
         self._last: CacheEntry | None = None
         self._last_compiled: CacheEntry | None = None
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        for prologue, computation, entry in self._table:
+        cache = self._cache
+        for key_fn, index in cache.indexes:
+            try:
+                rows = index.get(key_fn(*args, **kwargs), ())
+            except Exception:  # noqa: BLE001 - inputs of another structure: not this index
+                rows = ()
+            for prologue, computation, entry in rows:
+                inputs = prologue(*args, **kwargs)
+                if inputs is not None:
+                    entry.hits += 1
+                    self._last = entry
+                    return computation(*inputs)
+        for prologue, computation, entry in cache.scan:
             inputs = prologue(*args, **kwargs)
             if inputs is not None:
                 entry.hits += 1
@@ -65,7 +76,6 @@ class CompiledFunction:
             entry = compile_entry(self._fn, args, kwargs, self._options)
             self._cache.add(entry, reasons)
             self._entries = self._cache.entries
-            self._table = tuple((e.prologue.fn, e.computation, e) for e in self._entries)
             self._last = self._last_compiled = entry
         inputs = entry.prologue.fn(*args, **kwargs)
         if inputs is None:
@@ -135,7 +145,8 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options) -> 
     times["codegen"] = time.perf_counter()
     key = (_static_key(specs), solution.key, torch.is_grad_enabled(), uses_default_dtype and torch.get_default_dtype())
     stats = _stats(times, decider, solution)
-    return CacheEntry(prologue, entry_fn, traces, guards, solution, key, stats)
+    index = build_index_key(function_name(fn), specs, dict(solution.pinned))
+    return CacheEntry(prologue, entry_fn, traces, guards, solution, key, index, stats)
 
 
 def _stats(times: dict[str, float], decider: Decider, solution: Solution) -> dict[str, Any]:

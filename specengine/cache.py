@@ -1,11 +1,12 @@
-"""Cache entries, the per-function cache, and its counters."""
+"""Cache entries, the per-function cache, its counters, and the dispatch tables built from it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from specengine.constraints.solver import Solution
+from specengine.codegen import exec_source
+from specengine.constraints.solver import Solution, subsumes
 from specengine.prologue.codegen import Guard, Prologue
 from specengine.trace.trace import Trace
 
@@ -21,7 +22,8 @@ class CacheEntry:
         guards: the minimized guards, printed over input names.
         solution: the solved constraint set.
         key: canonical key (static input facts, global state, solved constraints).
-        stats: compile statistics (z3 calls, seconds per stage).
+        index: (source of the index-key function, this entry's pinned values), or None if nothing is pinned.
+        stats: compile statistics (seconds per stage, z3 calls).
     """
 
     prologue: Prologue
@@ -30,26 +32,71 @@ class CacheEntry:
     guards: list[Guard]
     solution: Solution
     key: Any
+    index: tuple[str, tuple] | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     hits: int = 0
 
+    @property
+    def row(self) -> tuple:
+        """What dispatch runs when scanning: the full prologue, the computation, the entry."""
+        return self.prologue.fn, self.computation, self
+
+    @property
+    def indexed_row(self) -> tuple:
+        """What dispatch runs when the index found this entry (its pinned values already matched)."""
+        return self.prologue.fn_indexed, self.computation, self
+
 
 class Cache:
-    """Entries of one compiled function. `entries` is an immutable tuple, swapped whole (lock-free reads)."""
+    """Entries of one compiled function.
+
+    `indexes` and `scan` are immutable and rebuilt whole on every change, so dispatch reads them
+    without a lock: `indexes` maps pinned input values to entries, `scan` lists entries that pin nothing.
+    """
 
     def __init__(self) -> None:
         self.entries: tuple[CacheEntry, ...] = ()
         self.misses = 0
         self.reasons: list[str] = []
+        self.indexes: tuple[tuple[Callable, dict], ...] = ()
+        self.scan: tuple = ()
+        self._key_fns: dict[str, Callable] = {}
 
     def add(self, entry: CacheEntry, reasons: list[str]) -> None:
-        """Insert a new entry, replacing one with an identical key; record why the call missed."""
+        """Insert a new entry; record why the call missed.
+
+        Older entries that the new one provably subsumes (same static facts, and z3 proves their guards
+        imply the new guards; equivalent guard sets included) are dropped.
+        """
         self.misses += 1
         if self.entries:
             self.reasons.append("; ".join(reasons))
-        kept = tuple(e for e in self.entries if e.key != entry.key)
+        kept = tuple(e for e in self.entries if not _replaces(entry, e))
         self.entries = kept + (entry,)
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        groups: dict[str, dict[tuple, tuple]] = {}
+        for e in self.entries:
+            if e.index is not None:
+                source, values = e.index
+                rows = groups.setdefault(source, {})
+                rows[values] = rows.get(values, ()) + (e.indexed_row,)
+        self.indexes = tuple((self._key_fn(source), rows) for source, rows in groups.items())
+        self.scan = tuple(e.row for e in self.entries if e.index is None)
+
+    def _key_fn(self, source: str) -> Callable:
+        fn = self._key_fns.get(source)
+        if fn is None:
+            name = source[4 : source.index("(")]
+            fn = self._key_fns[source] = exec_source(source, name, {})
+        return fn
 
     @property
     def hits(self) -> int:
         return sum(e.hits for e in self.entries)
+
+
+def _replaces(new: CacheEntry, old: CacheEntry) -> bool:
+    static_new, static_old = (new.key[0], new.key[2:]), (old.key[0], old.key[2:])
+    return static_new == static_old and subsumes(new.solution, old.solution)

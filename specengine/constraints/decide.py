@@ -84,6 +84,8 @@ class Decider:
             z = to_z3(n, self._z3_env)
             solver.add(z3.Not(z) if value else z)
             result = solver.check()
+        except z3.Z3Exception:
+            result = z3.unknown  # undecided: the decision is recorded, which is sound
         finally:
             solver.pop()
             elapsed = time.perf_counter() - start

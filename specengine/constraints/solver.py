@@ -46,6 +46,7 @@ class Solution:
     expr_pins: Mapping[E.Expr, int] = field(default_factory=dict)
     z3_seconds: float = 0.0
     z3_max_seconds: float = 0.0
+    ranges: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
 
     def substitution(self) -> dict[str, E.Expr]:
         sub: dict[str, E.Expr] = {s: E.const(v) for s, v in self.pinned.items()}
@@ -110,7 +111,8 @@ class Solver:
         guards = tuple(
             Constraint(E.eq(E.sym(s), v), Provenance("<solver>", 0, "pin", "fallback")) for s, v in pins.items()
         )
-        return Solution(guards, pins, {}, frozenset(E.normalize(g.expr) for g in guards), self.z3_calls)
+        key = frozenset(E.normalize(g.expr) for g in guards)
+        return Solution(guards, pins, {}, key, self.z3_calls, ranges=self.ranges)
 
     def _symbols(self) -> list[str]:
         names = set(self.ranges)
@@ -132,7 +134,7 @@ class Solver:
         log.debug("solved %d constraints into %d guards with %d z3 calls", len(self.constraints), len(guards),
                   self.z3_calls)  # fmt: skip
         return Solution(guards, pinned, rep, key, self.z3_calls, tuple(self.notes), expr_pins, self.z3_seconds,
-                        self.z3_max_seconds)  # fmt: skip
+                        self.z3_max_seconds, self.ranges)  # fmt: skip
 
     def _classes_and_pins(self) -> tuple[_Classes, dict[str, int], dict[str, Provenance]]:
         classes, pinned, prov = _Classes(), {}, {}
@@ -244,3 +246,24 @@ def _is_difference(p: E.Expr) -> bool:
         return False
     (m1, c1), (m2, c2) = terms
     return len(m1) == 1 and len(m2) == 1 and m1[0].op == "sym" and m2[0].op == "sym" and {c1, c2} == {1, -1}
+
+
+def subsumes(new: Solution, old: Solution, timeout_ms: int = 2000) -> bool:
+    """Whether every input that `old`'s guards accept is accepted by `new`'s (z3 proves old => new).
+
+    Both solutions must be over the same input symbols (entries with the same static input facts).
+    """
+    if new.key == old.key or not new.guards:
+        return True
+    if any(old.pinned.get(s) != v for s, v in new.pinned.items()):
+        return False  # old leaves free (or pins elsewhere) a symbol that new pins
+    env: dict = {}
+    solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    ranges = {s: r for s, r in old.ranges.items() if r[0] != r[1]}
+    solver.add(*range_facts(ranges, env), *(to_z3(g.expr, env) for g in old.guards))
+    solver.add(z3.Not(z3.And(*(to_z3(g.expr, env) for g in new.guards))))
+    try:
+        return solver.check() == z3.unsat
+    except z3.Z3Exception:
+        return False

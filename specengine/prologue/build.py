@@ -30,8 +30,10 @@ class _Steps:
         self.glb[key] = value
         return key
 
-    def check(self, fail: str, text: str, *values: tuple[str, str], provenance: str = "") -> None:
-        self.steps.append(Check(fail, text, tuple(values), provenance))
+    def check(
+        self, fail: str, text: str, *values: tuple[str, str], provenance: str = "", indexed: bool = False
+    ) -> None:
+        self.steps.append(Check(fail, text, tuple(values), provenance, indexed))
 
 
 def _type_check(st: _Steps, spec: Any, expected: type) -> None:
@@ -117,7 +119,7 @@ def _read_symbols(st: _Steps, needed: set[str], pinned: dict[str, int]) -> None:
         spec, d = sources[s]
         local = f"{spec.local}_shape[{d}]" if d is not None else spec.local
         st.check(f"{local} != {v}", f"{st.specs.sources[s]} == {v}", (st.specs.sources[s], local),
-                 provenance="constant dim" if d is not None else "constant int")  # fmt: skip
+                 provenance="constant dim" if d is not None else "constant int", indexed=True)  # fmt: skip
     for s in sorted(needed - set(pinned), key=lambda s: E.sym(s).sort_key):
         spec, d = sources[s]
         if d is not None:
@@ -169,3 +171,29 @@ def _is_pin(e: E.Expr, pinned: dict[str, int]) -> bool:
         and e.args[1].args[0] in pinned
         and e.args[2].is_const
     )
+
+
+def build_index_key(fn_name: str, specs: InputSpecs, pinned: dict[str, int]) -> tuple[str, tuple] | None:
+    """Source of a function computing the pinned input values of a call, and this entry's values.
+
+    Entries with the same source share one dispatch index: a dict from those values to entries, so
+    dispatch finds them without running every prologue. Returns None when nothing is pinned.
+    """
+    sources = _symbol_sources(specs)
+    pins = sorted(pinned, key=lambda s: E.sym(s).sort_key)
+    if not pins:
+        return None
+    lines, parts, read = [], [], set()
+    for s in pins:
+        spec, d = sources[s]
+        if d is None:
+            parts.append(spec.path)
+            continue
+        if spec.path not in read:
+            read.add(spec.path)
+            lines.append(f"  {spec.local}_shape = {spec.path}.shape")
+        parts.append(f"{spec.local}_shape[{d}]")
+    glb: dict[str, Any] = {}
+    body = "\n".join(lines + [f"  return ({''.join(p + ', ' for p in parts)})"])
+    source = f"def {fn_name}_index_key{signature_source(specs.signature, glb)}:\n{body}\n"
+    return source, tuple(pinned[s] for s in pins)

@@ -23,6 +23,7 @@ class Check:
     text: str  # what must hold, over input names
     values: tuple[tuple[str, str], ...] = ()  # (label, local expression) to report on failure
     provenance: str = ""
+    indexed: bool = False  # implied when the entry was found through the dispatch index (a pinned value)
 
     def message(self, env: dict[str, Any], glb: dict[str, Any]) -> str:
         where = f" ({self.provenance})" if self.provenance else ""
@@ -69,6 +70,8 @@ class Prologue:
         self.provenance = "Prologue generation"
         self.source = f"# Constructed by {self.provenance}\n" + _render(name, sig, steps, returns, fast=True)
         self.fn: Callable = exec_source(self.source, name, glb)
+        unindexed = [s for s in steps if not (isinstance(s, Check) and s.indexed)]
+        self.fn_indexed: Callable = exec_source(_render(name, sig, unindexed, returns, fast=True), name, glb)
         self._explain = exec_source(_render(name, sig, steps, returns, fast=False), name, glb)
 
     def __str__(self) -> str:
