@@ -34,10 +34,10 @@ def measure(n_entries: int, number: int) -> dict[str, float]:
     assert specengine.cache_misses(cfn) == n_entries
     out = {}
     for label, (a, b) in (("oldest", inputs[0]), ("newest", inputs[-1])):
-        call = best_us(lambda: cfn(a, b), number)
+        call = best_us(lambda a=a, b=b: cfn(a, b), number)
         entry = specengine.cache_entries(cfn)[0 if label == "oldest" else -1]
         args = entry.prologue.fn(a, b)
-        computation = best_us(lambda: entry.computation(*args), number)
+        computation = best_us(lambda c=entry.computation, args=args: c(*args), number)
         out[label] = call - computation
     out["call"] = best_us(lambda: cfn(*inputs[-1]), number)
     assert specengine.cache_misses(cfn) == n_entries

@@ -55,10 +55,12 @@ def _meta_or_value(a: Any) -> Any:
     return meta_value(a)
 
 
-def _unary(name: str, torch_fn: Any, prim: str | None = None, extra: tuple = ()) -> Any:
+def _unary(name: str, torch_fn: Any, prim: str | None = None, extra: tuple = (), no_bool: bool = False) -> Any:
     methods = (name, *extra)
 
     def decomposition(a: TensorProxy) -> TensorProxy:
+        if no_bool and a.dtype is torch.bool:  # meta accepts it; the CPU and CUDA kernels do not
+            raise NotImplementedError(f"\"{name}_{a.device.type}\" not implemented for 'Bool'")
         return elementwise(prim or name, torch_fn, a)
 
     decomposition.__name__ = name
@@ -66,14 +68,14 @@ def _unary(name: str, torch_fn: Any, prim: str | None = None, extra: tuple = ())
 
 
 neg = _unary("neg", torch.neg, extra=("__neg__",))
-abs = _unary("abs", torch.abs, extra=("__abs__",))  # noqa: A001
+abs = _unary("abs", torch.abs, extra=("__abs__",), no_bool=True)  # noqa: A001
 exp = _unary("exp", torch.exp)
 log = _unary("log", torch.log)
 tanh = _unary("tanh", torch.tanh)
 sigmoid = _unary("sigmoid", torch.sigmoid)
 
 
-@torchop(torch.relu, torch.Tensor.relu, F.relu, name="relu", methods=("relu",))
+@torchop(torch.relu, torch.Tensor.relu, F.relu, name="relu", methods=("relu",), impl=F.relu)  # F.relu takes inplace=
 def relu(a: TensorProxy, inplace: bool = False) -> TensorProxy:
     if inplace:
         raise unsupported("relu(inplace=True)", "in-place ops arrive with issue 4; use inplace=False")
@@ -81,18 +83,32 @@ def relu(a: TensorProxy, inplace: bool = False) -> TensorProxy:
     return prims.maximum(a, 0)
 
 
+def _check_alpha(dtype: torch.dtype, alpha: Any) -> None:
+    """torch's alpha_check, against the result dtype of `a op b`."""
+    kind = alpha.python_type if isinstance(alpha, NumberProxy) else type(alpha)
+    if kind is bool and dtype is not torch.bool:
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    if kind is float and not (dtype.is_floating_point or dtype.is_complex):
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+
+
+def _add_or_sub(name: str, torch_fn: Any, a: Any, b: Any, alpha: Any) -> TensorProxy:
+    """`a op alpha * b` in the dtype of `a op b` (scaling b first must not promote it)."""
+    dtype = meta_call(torch_fn, a, b).dtype
+    _check_alpha(dtype, alpha)
+    if isinstance(alpha, NumberProxy) or alpha != 1:  # a symbolic alpha scales: no decision on its value
+        b = mul(convert(b, dtype), alpha) if isinstance(b, TensorProxy) else b * alpha
+    return convert(elementwise(name, torch_fn, a, b), dtype)
+
+
 @torchop(torch.add, torch.Tensor.add, name="add", methods=("add", "__add__", "__radd__"))
 def add(a: Any, b: Any, *, alpha: Any = 1) -> TensorProxy:
-    if alpha != 1:
-        b = mul(b, alpha)
-    return elementwise("add", torch.add, a, b)
+    return _add_or_sub("add", torch.add, a, b, alpha)
 
 
 @torchop(torch.sub, torch.Tensor.sub, name="sub", methods=("sub", "__sub__"))
 def sub(a: Any, b: Any, *, alpha: Any = 1) -> TensorProxy:
-    if alpha != 1:
-        b = mul(b, alpha)
-    return elementwise("sub", torch.sub, a, b)
+    return _add_or_sub("sub", torch.sub, a, b, alpha)
 
 
 @torchop(torch.rsub, name="rsub", methods=("__rsub__",))
@@ -107,6 +123,10 @@ def mul(a: Any, b: Any) -> TensorProxy:
 
 @torchop(torch.div, torch.Tensor.div, torch.true_divide, name="div", methods=("div", "__truediv__"))
 def div(a: Any, b: Any, *, rounding_mode: str | None = None) -> TensorProxy:
+    if rounding_mode not in (None, "trunc", "floor"):  # meta raises ValueError; eager, RuntimeError
+        raise RuntimeError(
+            f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'"
+        )
     return elementwise("div", torch.div, a, b, rounding_mode=rounding_mode)
 
 
@@ -117,6 +137,10 @@ def rdiv(a: Any, b: Any) -> TensorProxy:
 
 @torchop(torch.pow, torch.Tensor.pow, name="pow", methods=("pow", "__pow__"))
 def pow(a: Any, b: Any) -> TensorProxy:  # noqa: A001
+    integral = isinstance(a, TensorProxy) and not (a.dtype.is_floating_point or a.dtype.is_complex)
+    int_exponent = isinstance(b, (int, NumberProxy)) and not (isinstance(b, NumberProxy) and b.python_type is float)
+    if integral and int_exponent and decide(E.lt(value_expr(b), 0), "pow", "is the integer exponent negative"):
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
     return elementwise("pow", torch.pow, a, b)
 
 
@@ -143,7 +167,7 @@ gt = _comparison("gt")
 ge = _comparison("ge")
 
 
-@torchop(torch.where, torch.Tensor.where, name="where", methods=("where",))
+@torchop(torch.where, name="where")
 def where(condition: TensorProxy, input: Any = None, other: Any = None) -> TensorProxy:
     if input is None or other is None:
         raise unsupported("torch.where(condition)", "its output shape is data-dependent; pass both branches")
@@ -152,12 +176,14 @@ def where(condition: TensorProxy, input: Any = None, other: Any = None) -> Tenso
     cond = expand_to(condition, shape)
     a, b = (convert(expand_to(_operand(x), shape), out_dtype) for x in (input, other))
     if not isinstance(a, TensorProxy) and not isinstance(b, TensorProxy):
-        a = prims.convert_element_type(prims.broadcast_in_dim(_full_like_scalar(cond), shape, ()), out_dtype)
+        a = prims.full(shape, a, out_dtype, cond.device)
     return prims.where(cond, a, b)
 
 
-def _full_like_scalar(cond: TensorProxy) -> TensorProxy:
-    raise unsupported("torch.where(cond, scalar, scalar)", "make one branch a tensor (issue 4)")
+@torchop(torch.Tensor.where, name="tensor_where", methods=("where",))
+def tensor_where(a: TensorProxy, condition: TensorProxy, other: Any) -> TensorProxy:
+    """`a.where(condition, other)` is `torch.where(condition, a, other)`."""
+    return where(condition, a, other)
 
 
 # Reductions.
@@ -173,9 +199,8 @@ def _keep(out: TensorProxy, a: TensorProxy, dims: tuple, keepdim: bool) -> Tenso
 
 @torchop(torch.sum, torch.Tensor.sum, name="sum", methods=("sum",))
 def sum(a: TensorProxy, dim: Any = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Any:  # noqa: A001
-    out_dtype = meta_call(torch.sum, a, dim, keepdim, dtype=dtype).dtype if dim is not None else (
-        meta_call(torch.sum, a, dtype=dtype).dtype
-    )
+    by_dim = (dim, keepdim) if dim is not None else ()
+    out_dtype = meta_call(torch.sum, a, *by_dim, dtype=dtype).dtype
     dims = canonical_dims(dim, a.ndim)
     out = prims.sum(convert(a, out_dtype), dims)
     return _keep(out, a, dims, keepdim)
@@ -188,7 +213,7 @@ def mean(a: TensorProxy, dim: Any = None, keepdim: bool = False, *, dtype: torch
     dims = canonical_dims(dim, a.ndim)
     total = prims.sum(convert(a, out_dtype), dims)
     count = E.const(1)
-    for i in dims:
+    for i in dims if a.ndim else ():  # a 0-d tensor reduces over dim 0 or -1
         count = E.mul(count, a.dims[i])
     return _keep(prims.div(total, count), a, dims, keepdim)
 
@@ -196,12 +221,14 @@ def mean(a: TensorProxy, dim: Any = None, keepdim: bool = False, *, dtype: torch
 @torchop(torch.amax, torch.Tensor.amax, name="amax", methods=("amax",))
 def amax(a: TensorProxy, dim: Any = (), keepdim: bool = False) -> Any:
     meta_call(torch.amax, a, dim, keepdim)
+    every = dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0)
     dims = canonical_dims(dim, a.ndim)
     for i in dims:
         if not decide(E.ne(a.dims[i], 0), "amax", f"reduction over dim {i} needs a non-empty dim"):
-            raise IndexError(
-                f"amax(): Expected reduction dim {i} to have non-zero size."
-            )
+            if every:
+                raise RuntimeError("amax(): Expected reduction dim to be specified for input.numel() == 0. "
+                                   "Specify the reduction dim with the 'dim' argument.")  # fmt: skip
+            raise IndexError(f"amax(): Expected reduction dim {i} to have non-zero size.")
     return _keep(prims.amax(a, dims), a, dims, keepdim)
 
 

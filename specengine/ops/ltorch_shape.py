@@ -31,12 +31,19 @@ def _size_exprs(sizes: tuple, op: str) -> list[E.Expr]:
     return out
 
 
+def _is_minus_one(e: E.Expr, op: str) -> bool:
+    """Whether a size is -1 (infer or keep the size); a symbolic size decides it."""
+    if e.is_const:
+        return e.value == -1
+    return decide(E.eq(e, -1), op, "is the size -1")
+
+
 def _infer_shape(a: TensorProxy, sizes: tuple, op: str) -> tuple:
     """torch's infer_size: resolve one -1 and check numel, with symbolic sizes."""
     exprs = _size_exprs(sizes, op)
     numel = _numel(a.dims)
     wanted = "[" + ", ".join(str(hint(e)) for e in exprs) + "]"
-    unknown = [i for i, e in enumerate(exprs) if e.is_const and e.value == -1]
+    unknown = [i for i, e in enumerate(exprs) if _is_minus_one(e, op)]
     if len(unknown) > 1:
         raise RuntimeError("only one dimension can be inferred")
     for i, e in enumerate(exprs):
@@ -124,18 +131,18 @@ def expand(a: TensorProxy, *sizes: Any, implicit: bool = False) -> TensorProxy:
     out = list(exprs)
     for i, d in enumerate(a.dims):
         want = exprs[offset + i]
-        if (want.is_const and want.value == -1) or want is d:
+        if want is d or _is_minus_one(want, "expand"):
             out[offset + i] = d
-        elif not decide(E.eq(d, 1), "expand", f"is dim {i} 1") and not decide(E.eq(d, want), "expand", "sizes match"):
+        elif not decide(E.or_(E.eq(d, want), E.eq(d, 1)), "expand", f"dim {i} matches the size or is 1"):
             raise RuntimeError(
                 f"The expanded size of the tensor ({hint(want)}) must match the existing size ({hint(d)}) at "
                 f"non-singleton dimension {offset + i}.  Target sizes: {fmt_shape(exprs)}.  "
                 f"Tensor sizes: {fmt_shape(a.dims)}"
             )
-    for e in out[:offset]:
-        if not decide(E.ge(e, 0), "expand", "new dims must be non-negative"):
-            raise RuntimeError(f"The expanded size of the tensor ({hint(e)}) isn't allowed in a leading, "
-                               "non-existing dimension 0")  # fmt: skip
+    for i, e in enumerate(out):
+        if not decide(E.ge(e, 0), "expand", "sizes must be non-negative"):
+            where = f"in a leading, non-existing dimension {i}" if i < offset else f"at dimension {i}"
+            raise RuntimeError(f"The expanded size of the tensor ({hint(e)}) isn't allowed {where}")
     return prims.broadcast_in_dim(a, tuple(out), tuple(range(offset, len(out))))
 
 
@@ -162,10 +169,13 @@ def _index_key(a: TensorProxy, key: Any) -> list:
     specified = sum(1 for k in key if k is not None and k is not Ellipsis)
     if specified > a.ndim:
         raise IndexError(f"too many indices for tensor of dimension {a.ndim}")
-    if Ellipsis in key:
-        i = key.index(Ellipsis)
-        key[i : i + 1] = [slice(None)] * (a.ndim - specified)
-    return key + [slice(None)] * (a.ndim - specified - key.count(Ellipsis))
+    ellipses = [i for i, k in enumerate(key) if k is Ellipsis]
+    rest = [slice(None)] * (a.ndim - specified)
+    if not ellipses:
+        return key + rest
+    # torch expands the first Ellipsis over the unindexed dims; later ones stand for no dims
+    first = ellipses[0]
+    return key[:first] + rest + [k for k in key[first + 1 :] if k is not Ellipsis]
 
 
 def _clamp_bound(b: Any, n: E.Expr, default: E.Expr) -> E.Expr:
@@ -208,7 +218,9 @@ def getitem(a: TensorProxy, key: Any) -> TensorProxy:
             starts.append(start), ends.append(E.add(start, 1)), steps.append(1), drop.append(dim)
         dim += 1
     out = a
-    if any(not (s.is_const and s.value == 0) or e is not d or k != 1 for s, e, k, d in zip(starts, ends, steps, a.dims)):
+    if any(
+        not (s.is_const and s.value == 0) or e is not d or k != 1 for s, e, k, d in zip(starts, ends, steps, a.dims)
+    ):
         out = prims.slice_prim(a, tuple(starts), tuple(ends), tuple(steps))
     if drop:
         out = prims.squeeze(out, tuple(drop))

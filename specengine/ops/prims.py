@@ -30,10 +30,10 @@ def prim(name: str, impl: Callable, tags: tuple[str, ...] = ()) -> Callable[[Cal
     return deco
 
 
-def new_tensor(dims: tuple, dtype: torch.dtype, like: list[Any]) -> TensorProxy:
-    """A fresh output proxy on the device of the tensors in `like`."""
+def new_tensor(dims: tuple, dtype: torch.dtype, like: list[Any], device: torch.device | None = None) -> TensorProxy:
+    """A fresh output proxy on `device`, by default the device of the tensors in `like`."""
     tensors = [t for t in like if isinstance(t, TensorProxy)]
-    device = tensors[0].device if tensors else torch.device("cpu")
+    device = device or (tensors[0].device if tensors else torch.device("cpu"))
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     grad = grad and (dtype.is_floating_point or dtype.is_complex)
     return TensorProxy(context.require().names.fresh("t"), dims, dtype, device, grad)
@@ -157,6 +157,11 @@ def where(cond: TensorProxy, a: Any, b: Any) -> TensorProxy:
 @prim("convert_element_type", impl=lambda a, dtype: a.to(dtype), tags=("elementwise",))
 def convert_element_type(a: TensorProxy, dtype: torch.dtype) -> TensorProxy:
     return new_tensor(a.dims, dtype, [a])
+
+
+@prim("full", impl=lambda shape, value, dtype, device: torch.full(shape, value, dtype=dtype, device=device))
+def full(shape: tuple, value: Any, dtype: torch.dtype, device: torch.device) -> TensorProxy:
+    return new_tensor(shape, dtype, [], device)
 
 
 # Shapes. Shape arguments are tuples of ints and int Exprs.
