@@ -38,6 +38,8 @@ class Decider:
         self._memo: dict[E.Expr, bool] = {}
         self._solver: z3.Solver | None = None
         self._z3_env: dict[str, z3.ArithRef] = {}
+        self._subst: dict[str, E.Expr] = {}  # symbol -> representative or constant, from recorded equalities
+        self._constrained: set[str] = set()  # symbols that some recorded constraint mentions
 
     def decide(self, b: E.Expr, provenance: Provenance) -> bool:
         """The truth value of `b` for this trace; records a constraint unless it is implied."""
@@ -56,20 +58,47 @@ class Decider:
     def record(self, b: E.Expr, provenance: Provenance) -> None:
         self.constraints.append(Constraint(b, provenance))
         self._memo[E.normalize(b)] = True
+        self._constrained |= b.free_symbols()
+        self._merge(E.normalize(b))
         if self._solver is not None:
             self._solver.add(to_z3(b, self._z3_env))
 
+    def _merge(self, n: E.Expr) -> None:
+        """Track `s_a == s_b` and `s == c` facts as a substitution, so later queries fold syntactically."""
+        parts = linear_equality(n)
+        if parts is None:
+            return
+        p, constant = parts
+        pair = symbol_difference(p)
+        if p.op == "sym":
+            target, value = p.args[0], E.const(-constant)
+        elif pair is not None and constant == 0:
+            a, b = (E.sym(x).subs(self._subst) for x in pair)
+            if a is b or a.is_const or b.is_const:
+                return
+            loser, winner = sorted((a, b), key=lambda e: e.sort_key, reverse=True)
+            target, value = loser.args[0], winner
+        else:
+            return
+        self._subst = {k: v.subs({target: value}) for k, v in self._subst.items()}
+        self._subst[target] = value
+
     def implied(self, b: E.Expr, value: bool) -> bool:
-        """Whether the ranges and recorded constraints imply that `b` has truth value `value`."""
+        """Whether the ranges and recorded constraints imply that `b` has truth value `value`.
+
+        Fast paths first: constant folding after substituting recorded equalities, the memo, value
+        ranges; z3 only when every symbol of the query appears in a recorded constraint (a query on an
+        unconstrained symbol is recorded instead, which is sound; the solver drops it if it was implied).
+        """
         if b.op == "bconst":
             return True
-        n = E.normalize(b)
+        n = E.normalize(b.subs(self._subst) if self._subst else b)
         if n.op == "bconst":
             return True
         known = self._memo.get(n)
         if known is None:
             known = decide_by_bounds(n, self.ranges)
-        if known is None:
+        if known is None and n.free_symbols() <= self._constrained:
             known = self._z3_decide(n, value)
         if known is not None:
             self._memo[n] = known
@@ -114,3 +143,22 @@ def range_facts(ranges: Ranges, env: dict[str, z3.ArithRef]) -> list:
         if hi is not None:
             facts.append(v <= hi)
     return facts
+
+
+def linear_equality(n: E.Expr) -> tuple[E.Expr, int] | None:
+    """For a normalized `p == 0`, the pair (p without its constant, the constant)."""
+    if n.op != "rel" or n.args[0] != "==":
+        return None
+    p = E.sub(n.args[1], n.args[2])
+    constant = p.args[0] if p.op == "poly" else (p.value if p.is_const else 0)
+    return E.sub(p, constant), constant
+
+
+def symbol_difference(p: E.Expr) -> tuple[str, str] | None:
+    """The two symbols of `p = s_a - s_b` (coefficients +1 and -1), or None."""
+    if p.op != "poly" or len(p.args[1]) != 2:
+        return None
+    (m1, c1), (m2, c2) = p.args[1]
+    if len(m1) == 1 and len(m2) == 1 and m1[0].op == "sym" and m2[0].op == "sym" and {c1, c2} == {1, -1}:
+        return m1[0].args[0], m2[0].args[0]
+    return None

@@ -11,13 +11,14 @@ import logging
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import z3
 
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
-from specengine.constraints.decide import Ranges, range_facts
+from specengine.constraints.decide import Ranges, linear_equality, range_facts, symbol_difference
+from specengine.constraints.intervals import decide_by_bounds
 from specengine.constraints.z3expr import to_z3
 from specengine.errors import SolverWarning
 from specengine.provenance import Provenance
@@ -48,6 +49,8 @@ class Solution:
     z3_max_seconds: float = 0.0
     ranges: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
 
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
+
     def substitution(self) -> dict[str, E.Expr]:
         sub: dict[str, E.Expr] = {s: E.const(v) for s, v in self.pinned.items()}
         sub.update({s: E.sym(r) for s, r in self.rep.items() if s not in self.pinned})
@@ -55,7 +58,13 @@ class Solution:
 
     def fold(self, e: E.Expr) -> E.Expr:
         """`e` over representatives, with pinned symbols and pinned expressions replaced by constants."""
-        return E.fold_pinned(e.subs(self.substitution()), self.expr_pins)
+        out = self._memo.get(e)
+        if out is None:
+            sub = self._memo.get("substitution")
+            if sub is None:
+                sub = self._memo["substitution"] = self.substitution()
+            out = self._memo[e] = E.fold_pinned(e.subs(sub), self.expr_pins)
+        return out
 
 
 class _Classes:
@@ -73,15 +82,6 @@ class _Classes:
         ra, rb = sorted((self.find(a), self.find(b)), key=lambda s: E.sym(s).sort_key)
         if ra != rb:
             self.parent[rb] = ra
-
-
-def _linear_parts(n: E.Expr) -> tuple[E.Expr, int] | None:
-    """For a normalized `p == 0`, the pair (p without its constant, constant)."""
-    if n.op != "rel" or n.args[0] != "==":
-        return None
-    p = E.sub(n.args[1], n.args[2])
-    constant = p.args[0] if p.op == "poly" else (p.value if p.is_const else 0)
-    return E.sub(p, constant), constant
 
 
 class Solver:
@@ -143,18 +143,17 @@ class Solver:
                 pinned[s] = lo
                 prov[s] = Provenance("<input>", 0, "pin", "static size")
         for c in self.constraints:
-            parts = _linear_parts(E.normalize(c.expr))
+            parts = linear_equality(E.normalize(c.expr))
             if parts is None:
                 continue
             p, constant = parts
             if p.op == "sym":
                 pinned[p.args[0]] = -constant
                 prov.setdefault(p.args[0], c.provenance)
-            elif constant == 0 and p.op == "poly" and _is_difference(p):
-                (m1, _), (m2, _) = p.args[1]
-                classes.union(m1[0].args[0], m2[0].args[0])
-                for m in (m1, m2):
-                    prov.setdefault(m[0].args[0], c.provenance)
+            elif constant == 0 and (pair := symbol_difference(p)) is not None:
+                classes.union(*pair)
+                for name in pair:
+                    prov.setdefault(name, c.provenance)
         for s in list(pinned):
             pinned.update({t: pinned[s] for t in self._symbols() if classes.find(t) == classes.find(s)})
         return classes, pinned, prov
@@ -173,49 +172,87 @@ class Solver:
                 out.append(Constraint(e, c.provenance))
         return out
 
-    def _z3(self) -> z3.Solver:
+    def _z3(self, facts: list) -> z3.Solver:
         s = z3.Solver()
         s.set("timeout", self.timeout_ms)
+        s.add(*facts)
         return s
 
-    def _check(self, facts: list, what: str) -> z3.CheckSatResult:
-        solver = self._z3()
-        solver.add(*facts)
+    def _check(self, solver: z3.Solver, extra: list, what: str, assumptions: tuple = (),
+               on_sat: Callable[[z3.ModelRef], None] | None = None) -> z3.CheckSatResult:  # fmt: skip
+        """One timed query: `solver`'s facts plus `extra` (added in a scope) under `assumptions`.
+
+        `on_sat` receives the model of a satisfiable query before the scope is popped.
+        """
         self.z3_calls += 1
+        solver.push()
+        solver.add(*extra)
         start = time.perf_counter()
-        result = solver.check()
+        result = solver.check(*assumptions)
         elapsed = time.perf_counter() - start
+        reason = solver.reason_unknown() if result == z3.unknown else ""
+        if result == z3.sat and on_sat is not None:
+            on_sat(solver.model())
+        solver.pop()
         self.z3_seconds += elapsed
         self.z3_max_seconds = max(self.z3_max_seconds, elapsed)
         if result == z3.unknown:
-            note = f"z3 gave up ({solver.reason_unknown()}) while {what}; keeping the stronger guard set"
+            note = f"z3 gave up ({reason}) while {what}; keeping the stronger guard set"
             self.notes.append(note)
             warnings.warn(f"specengine: {note}", SolverWarning, stacklevel=5)
         return result
 
     def _implicit_pins(self, constraints: list[Constraint], pinned: Mapping[str, int]) -> dict[str, int]:
-        """Symbols that the constraints force to one value (e.g. `s0*s0 == 9` with `s0 >= 0`)."""
+        """Symbols that the constraints force to one value (e.g. `s0*s0 == 9` with `s0 >= 0`).
+
+        One query asks for a model in which some candidate differs from its hint; the candidates that
+        differ in the model are not pinned and leave. Unsat means every remaining candidate is pinned.
+        """
         env: dict = {}
-        facts = range_facts(self.ranges, env) + [to_z3(c.expr, env) for c in constraints]
+        solver = self._z3(range_facts(self.ranges, env) + [to_z3(c.expr, env) for c in constraints])
         candidates = sorted({s for c in constraints for s in c.expr.free_symbols()} - set(pinned),
                             key=lambda s: E.sym(s).sort_key)  # fmt: skip
-        found = {}
-        for s in candidates:
-            if self._check(facts + [to_z3(E.sym(s), env) != self.hints[s]], f"checking if {s} is pinned") == z3.unsat:
-                found[s] = self.hints[s]
-        return found
+        while candidates:
+            terms = {s: to_z3(E.sym(s), env) for s in candidates}
+            query = [z3.Or(*(t != self.hints[s] for s, t in terms.items()))]
+            values: dict[str, int] = {}
+
+            def collect(model: z3.ModelRef, terms: dict = terms, values: dict = values) -> None:
+                values.update({s: model.eval(t, model_completion=True).as_long() for s, t in terms.items()})
+
+            result = self._check(solver, query, "checking for pinned symbols", on_sat=collect)
+            if result != z3.sat:
+                return {s: self.hints[s] for s in candidates} if result == z3.unsat else {}
+            candidates = [s for s in candidates if values[s] == self.hints[s]]
+        return {}
 
     def _minimize(self, constraints: list[Constraint], pinned: Mapping[str, int]) -> list[Constraint]:
-        """Drop each constraint that the ranges and the remaining constraints imply."""
+        """Drop each constraint that the ranges and the remaining constraints imply.
+
+        Each constraint is translated once and guarded by an indicator literal; a query assumes the
+        indicators of the constraints still kept.
+        """
         env: dict = {}
         ranges = {s: r for s, r in self.ranges.items() if s not in pinned}
-        base = range_facts(ranges, env)
-        kept = list(constraints)
-        for c in list(constraints):
-            others = [to_z3(o.expr, env) for o in kept if o is not c]
-            if self._check(base + others + [z3.Not(to_z3(c.expr, env))], f"minimizing {c}") == z3.unsat:
-                kept.remove(c)
-        return kept
+        terms = [to_z3(c.expr, env) for c in constraints]
+        flags = [z3.Bool(f"__keep{i}") for i in range(len(constraints))]
+        solver = self._z3(range_facts(ranges, env) + [z3.Implies(f, t) for f, t in zip(flags, terms)])
+        kept = list(range(len(constraints)))
+        for i, c in enumerate(constraints):
+            if not self._may_be_implied(c, [constraints[j] for j in kept if j != i], ranges):
+                continue
+            others = tuple(flags[j] for j in kept if j != i)
+            if self._check(solver, [z3.Not(terms[i])], f"minimizing {c}", others) == z3.unsat:
+                kept.remove(i)
+        return [constraints[i] for i in kept]
+
+    @staticmethod
+    def _may_be_implied(c: Constraint, others: list[Constraint], ranges: Ranges) -> bool:
+        """False when no other constraint shares a symbol with `c` and the ranges do not decide it."""
+        symbols = c.expr.free_symbols()
+        if any(symbols & o.expr.free_symbols() for o in others):
+            return True
+        return decide_by_bounds(c.expr, ranges) is not None
 
     def _class_guards(self, rep: Mapping[str, str], pinned: Mapping[str, int],
                       prov: Mapping[str, Provenance]) -> tuple[Constraint, ...]:  # fmt: skip
@@ -233,19 +270,10 @@ def _expression_pins(constraints: list[Constraint]) -> dict[E.Expr, int]:
     """Expressions that constraints pin to one value (`s0*s1 == 12`); symbols are pinned separately."""
     pins = {}
     for c in constraints:
-        parts = _linear_parts(E.normalize(c.expr))
+        parts = linear_equality(E.normalize(c.expr))
         if parts is not None and parts[0].op != "sym" and not parts[0].is_const:
             pins[parts[0]] = -parts[1]
     return pins
-
-
-def _is_difference(p: E.Expr) -> bool:
-    """`p` is `s_a - s_b` (two symbols, coefficients +1 and -1)."""
-    terms = p.args[1]
-    if len(terms) != 2:
-        return False
-    (m1, c1), (m2, c2) = terms
-    return len(m1) == 1 and len(m2) == 1 and m1[0].op == "sym" and m2[0].op == "sym" and {c1, c2} == {1, -1}
 
 
 def subsumes(new: Solution, old: Solution, timeout_ms: int = 2000) -> bool:
