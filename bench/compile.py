@@ -68,6 +68,9 @@ def main() -> None:
     opts = parser.parse_args()
     print(f"{'program':22} {'trace ms':>9} {'solve ms':>9} {'codegen':>9} {'total ms':>9} {'z3 #':>6} "
           f"{'z3 %':>7} {'max q ms':>9}")  # fmt: skip
+    warm = specengine.compile(lambda a: a + 1, dynamic=True)
+    warm(torch.randn(2))
+    report("(warm-up: first compile)", specengine.cache_entries(warm)[0].stats)
     for name, (fn, make) in PROGRAMS.items():
         cfn = specengine.compile(fn, dynamic=True)
         cfn(*make())

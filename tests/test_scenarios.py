@@ -90,16 +90,17 @@ def test_reshape_minus_one_then_eager_error_then_hits():
     def f(a):
         return a.reshape(-1, 4)
 
-    cfn = sweep(f, [[(2, 8)], [(3, 8)], [(5, 4)]])
-    assert counts(cfn) == (1, 2)
+    cfn = sweep(f, [[(2, 8)], [(3, 8)], [(5, 4)], [(0, 8)], [(1, 4)], [(2, 2)]])
+    assert counts(cfn) == (1, 5)
+    assert guards(cfn) == ["a.shape[0]*a.shape[1]%4 == 0"]  # the divisibility is the only guard
     with pytest.raises(RuntimeError, match=r"shape '\[-1, 4\]' is invalid for input of size 6"):
         cfn(torch.randn(3, 2))
-    assert counts(cfn) == (1, 2)  # the failed compile left the cache as it was
+    assert counts(cfn) == (1, 5)  # the failed compile left the cache as it was
     assert len(specengine.cache_entries(cfn)) == 1
     sweep_calls = [[(2, 8)], [(3, 8)]]
     for call in sweep_calls:
         run_both(f, cfn, [torch.randn(*call[0])])
-    assert counts(cfn) == (1, 4)
+    assert counts(cfn) == (1, 7)
 
 
 def test_matmul_inner_dims_become_one_class():
