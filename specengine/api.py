@@ -163,7 +163,8 @@ def _stats(times: dict[str, float], decider: Decider, solution: Solution) -> dic
 
 
 def _static_key(specs: InputSpecs) -> str:
-    return repr([p for p in specs.params])
+    """The static facts of the inputs (types, dtypes, devices, ranks, constants), module state included."""
+    return repr((specs.params, specs.state))
 
 
 def make_compiled(fn: Callable, dynamic: bool | None, executors: Sequence[Executor | str] | None) -> CompiledFunction:

@@ -22,7 +22,8 @@ class CacheEntry:
         guards: the minimized guards, printed over input names.
         solution: the solved constraint set.
         key: canonical key (static input facts, global state, solved constraints).
-        index: (source of the index-key function, this entry's pinned values), or None if nothing is pinned.
+        index: (source of the index-key function, this entry's pinned values, the function's globals), or
+            None if nothing is pinned.
         stats: compile statistics (seconds per stage, z3 calls).
     """
 
@@ -32,7 +33,7 @@ class CacheEntry:
     guards: list[Guard]
     solution: Solution
     key: Any
-    index: tuple[str, tuple] | None = None
+    index: tuple[str, tuple, dict] | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     hits: int = 0
 
@@ -79,17 +80,18 @@ class Cache:
         groups: dict[str, dict[tuple, tuple]] = {}
         for e in self.entries:
             if e.index is not None:
-                source, values = e.index
+                source, values, glb = e.index
                 rows = groups.setdefault(source, {})
                 rows[values] = rows.get(values, ()) + (e.indexed_row,)
-        self.indexes = tuple((self._key_fn(source), rows) for source, rows in groups.items())
+                self._key_fn(source, glb)
+        self.indexes = tuple((self._key_fns[source], rows) for source, rows in groups.items())
         self.scan = tuple(e.row for e in self.entries if e.index is None)
 
-    def _key_fn(self, source: str) -> Callable:
+    def _key_fn(self, source: str, glb: dict) -> Callable:
         fn = self._key_fns.get(source)
         if fn is None:
             name = source[4 : source.index("(")]
-            fn = self._key_fns[source] = exec_source(source, name, {})
+            fn = self._key_fns[source] = exec_source(source, name, glb)
         return fn
 
     @property

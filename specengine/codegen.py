@@ -52,9 +52,16 @@ def signature_source(sig: inspect.Signature, globals_: dict[str, Any]) -> str:
     return str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))
 
 
+def callable_target(fn: Any) -> Callable:
+    """What a compiled `fn` is called like: an nn.Module's bound `forward`, else `fn` itself."""
+    import torch
+
+    return fn.forward if isinstance(fn, torch.nn.Module) else fn
+
+
 def function_name(fn: Any) -> str:
     """The name generated code uses for `fn`, so Python's own messages (arity errors) read naturally."""
-    name = getattr(fn, "__name__", "")
+    name = getattr(callable_target(fn), "__name__", "")
     return name if name.isidentifier() else "prologue"
 
 
@@ -62,5 +69,6 @@ def check_call(fn: Callable, args: tuple, kwargs: dict) -> None:
     """Raise the TypeError Python would raise for a bad call of `fn` (wrong arity, unknown keyword)."""
     glb: dict[str, Any] = {}
     name = function_name(fn)
-    stub = exec_source(f"def {name}{signature_source(inspect.signature(fn), glb)}:\n  return None\n", name, glb)
+    sig = signature_source(inspect.signature(callable_target(fn)), glb)
+    stub = exec_source(f"def {name}{sig}:\n  return None\n", name, glb)
     stub(*args, **kwargs)

@@ -91,7 +91,7 @@ def _const_check(st: _Steps, spec: ConstSpec) -> None:
     v, x, p = spec.value, spec.local, spec.path
     if v is None or isinstance(v, bool) or v is Ellipsis:
         st.check(f"{x} is not {v!r}", f"{p} is {v!r}", (p, x))
-    elif type(v) in (float, str, complex, bytes):
+    elif type(v) in (int, float, str, complex, bytes):
         st.check(f"type({x}) is not {type(v).__name__} or {x} != {st.name(v, 'const')}", f"{p} == {v!r}", (p, x))
     else:
         st.check(f"{x} is not {st.name(v, 'obj')}", f"{p} is the object seen at compile time", (p, x))
@@ -144,6 +144,11 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
     st = _Steps(specs)
     for p in specs.params:
         _unpack(st, p, set(), dict(solution.pinned))
+    if specs.module is not None:
+        st.glb["self"] = specs.module
+    for p in specs.state:
+        st.steps.append(f"{p.local} = {p.path}")
+        _unpack(st, p, set(), dict(solution.pinned))
     unpinned = [g for g in solution.guards if not _is_pin(g.expr, solution.pinned)]
     needed = set(comp_symbols).union(*(g.expr.free_symbols() for g in unpinned))
     _read_symbols(st, needed, dict(solution.pinned))
@@ -173,10 +178,10 @@ def _is_pin(e: E.Expr, pinned: dict[str, int]) -> bool:
     )
 
 
-def build_index_key(fn_name: str, specs: InputSpecs, pinned: dict[str, int]) -> tuple[str, tuple] | None:
+def build_index_key(fn_name: str, specs: InputSpecs, pinned: dict[str, int]) -> tuple[str, tuple, dict] | None:
     """Source of a function computing the pinned input values of a call, and this entry's values.
 
-    Entries with the same source share one dispatch index: a dict from those values to entries, so
+    Entries with the same source (and module) share one dispatch index: a dict from those values to entries, so
     dispatch finds them without running every prologue. Returns None when nothing is pinned.
     """
     sources = _symbol_sources(specs)
@@ -193,7 +198,7 @@ def build_index_key(fn_name: str, specs: InputSpecs, pinned: dict[str, int]) -> 
             read.add(spec.path)
             lines.append(f"  {spec.local}_shape = {spec.path}.shape")
         parts.append(f"{spec.local}_shape[{d}]")
-    glb: dict[str, Any] = {}
+    glb: dict[str, Any] = {"self": specs.module}
     body = "\n".join(lines + [f"  return ({''.join(p + ', ' for p in parts)})"])
     source = f"def {fn_name}_index_key{signature_source(specs.signature, glb)}:\n{body}\n"
-    return source, tuple(pinned[s] for s in pins)
+    return source, tuple(pinned[s] for s in pins), glb

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from specengine.codegen import check_call
+from specengine.codegen import callable_target, check_call
 from specengine.constraints import expr as E
 
 Range = tuple[int | None, int | None]
@@ -66,6 +66,8 @@ class InputSpecs:
 
     signature: inspect.Signature
     params: tuple  # one spec per parameter, in signature order
+    state: tuple = ()  # an nn.Module's parameters, buffers and plain attributes (paths start with `self`)
+    module: Any = None
     hints: dict[str, int] = field(default_factory=dict)
     ranges: dict[str, Range] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # symbol -> Python text over input names
@@ -80,7 +82,7 @@ class InputSpecs:
             for child in getattr(spec, "children", ()):
                 visit(child)
 
-        for p in self.params:
+        for p in self.params + self.state:
             visit(p)
         return out
 
@@ -108,7 +110,8 @@ class _Builder:
     def symbol(self, name: str, hint: int, source: str, lo: int | None) -> str:
         specs = self.specs
         specs.hints[name] = hint
-        specs.ranges[name] = (lo, None) if self.dynamic is not False else (hint, hint)
+        static = self.dynamic is False or source.startswith("self")  # module state has static shapes
+        specs.ranges[name] = (hint, hint) if static else (lo, None)
         specs.sources[name] = source
         return name
 
@@ -135,7 +138,7 @@ class _Builder:
 def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | None) -> InputSpecs:
     """Specs for one call of `fn`; raises TypeError for a bad call, as calling `fn` would."""
     check_call(fn, args, kwargs)
-    signature = inspect.signature(fn)
+    signature = inspect.signature(callable_target(fn))
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
     builder = _Builder(dynamic)
@@ -143,7 +146,39 @@ def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | Non
     for p in signature.parameters.values():
         builder.locals.add(p.name)
     specs.params = tuple(_param_spec(builder, p, bound.arguments[p.name]) for p in signature.parameters.values())
+    if isinstance(fn, torch.nn.Module):
+        specs.module = fn
+        specs.state = _module_state(builder, fn)
     return specs
+
+
+_PLAIN = (int, float, bool, str, type(None))
+
+
+def module_path(qualname: str, kind: str) -> str:
+    """Python text reaching a submodule, parameter or buffer from `self` (`kind`: _modules, ...)."""
+    path = "self"
+    parts = qualname.split(".") if qualname else []
+    for i, part in enumerate(parts):
+        last_kind = kind if i == len(parts) - 1 else "_modules"
+        path += f".{part}" if part.isidentifier() else f".{last_kind}[{part!r}]"
+    return path
+
+
+def _module_state(builder: _Builder, module: torch.nn.Module) -> tuple:
+    """Specs of every parameter and buffer (tied tensors once) and of the plain attributes forward may read."""
+    specs, seen = [], set()
+    for kind, items in (("_parameters", module.named_parameters()), ("_buffers", module.named_buffers())):
+        for qual, t in items:
+            if id(t) not in seen:
+                seen.add(id(t))
+                specs.append(builder.build(module_path(qual, kind), t))
+    for qual, sub in module.named_modules():
+        base = module_path(qual, "_modules")
+        for attr, value in vars(sub).items():
+            if not attr.startswith("_") and type(value) in _PLAIN:
+                specs.append(ConstSpec(f"{base}.{attr}", builder.local(f"{base}.{attr}"), value))
+    return tuple(specs)
 
 
 def _param_spec(builder: _Builder, p: inspect.Parameter, value: Any) -> Any:

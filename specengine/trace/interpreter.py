@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -44,6 +45,46 @@ def _call_args(signature: inspect.Signature, values: list) -> tuple[list, dict]:
     return args, kwargs
 
 
+@contextmanager
+def swapped_state(module: torch.nn.Module | None, specs: tuple, values: list) -> Iterator[None]:
+    """Put proxies in place of a module's parameters and buffers while it is traced (tied ones too)."""
+    if module is None:
+        yield
+        return
+    by_id = {}
+    for qual, t in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
+        by_id.setdefault(id(t), []).append(qual)
+    proxies = {s.path: v for s, v in zip(specs, values) if isinstance(v, TensorProxy)}
+    saved = []
+    for tensors in (list(module.named_parameters()), list(module.named_buffers())):
+        for qual, t in tensors:
+            proxy = proxies.get(_path_of(qual, module))
+            for q in by_id[id(t)]:
+                owner, name = _owner(module, q)
+                table = owner._parameters if name in owner._parameters else owner._buffers
+                saved.append((table, name, table[name]))
+                table[name] = proxy
+    try:
+        yield
+    finally:
+        for table, name, old in reversed(saved):
+            table[name] = old
+
+
+def _path_of(qual: str, module: torch.nn.Module) -> str:
+    from specengine.prologue.inputs import module_path
+
+    owner, name = _owner(module, qual)
+    return module_path(qual, "_parameters" if name in owner._parameters else "_buffers")
+
+
+def _owner(module: torch.nn.Module, qual: str) -> tuple[torch.nn.Module, str]:
+    *path, name = qual.split(".")
+    for part in path:
+        module = module._modules[part]
+    return module, name
+
+
 def _check_output(out: Any) -> None:
     for x in tree_leaves(out):
         if isinstance(x, torch.Tensor):
@@ -63,9 +104,10 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     names = NameGen()
     state = TraceState(decider, names)
     values = [_proxy(p, names, specs.hints) for p in specs.params]
+    state_values = [_proxy(p, names, specs.hints) for p in specs.state]
     args, kwargs = _call_args(specs.signature, values)
-    with tracing(state), TraceMode():
+    with tracing(state), TraceMode(), swapped_state(specs.module, specs.state, state_values):
         out = fn(*args, **kwargs)
     _check_output(out)
-    params = tuple(x for x in tree_leaves(values) if isinstance(x, (TensorProxy, NumberProxy)))
+    params = tuple(x for x in tree_leaves(values + state_values) if isinstance(x, (TensorProxy, NumberProxy)))
     return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state
