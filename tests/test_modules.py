@@ -89,7 +89,7 @@ def test_backward_and_optimizer_step_match_eager():
     ref.load_state_dict(model.state_dict())
     cfn = specengine.compile(model, dynamic=True)
     opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
-    for step, n in enumerate((3, 5, 3)):
+    for n in (3, 5, 3):
         x = torch.randn(n, 4)
         loss, ref_loss = (cfn(x) ** 2).mean(), (ref(x) ** 2).mean()
         torch.testing.assert_close(loss, ref_loss)
