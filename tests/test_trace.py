@@ -79,7 +79,7 @@ def test_type_comments_and_source_lines():
     text = str(specengine.last_traces(cfn)[0])
     assert '# a: "cpu f32[s0, s1]"' in text
     assert '# b: "cpu f32[s2]"' in text
-    assert 'test_trace.py:' in text and "return a + b" in text
+    assert "test_trace.py:" in text and "return a + b" in text
     assert "# Constructed by Tracing" in text
     assert text.index("return a + b") < text.index("ltorch.add(a, b)")
 
@@ -109,9 +109,9 @@ def test_flattened_trace_runs_with_prims_only():
     specialized = next(t for t in specengine.last_traces(cfn) if t.provenance.startswith("Specialization"))
     flat = passes.flatten(specialized)  # prims take sizes as expressions over the prologue's symbols
     assert all(b.sym.is_prim for b in flat.bsyms)
-    assert "prims.broadcast_in_dim(b, (s0, s1), (0, 1))" in str(flat)
-    assert [p.name for p in flat.params] == ["a", "b", "s0", "s1"]
-    torch.testing.assert_close(flat.python_callable()(a, b, 3, 4), out)
+    assert "prims.broadcast_in_dim(b, ((s2 if s0 == 1 else s0), (s3 if s1 == 1 else s1)), (0, 1))" in str(flat)
+    assert [p.name for p in flat.params] == ["a", "b", "s0", "s1", "s2", "s3"]
+    torch.testing.assert_close(flat.python_callable()(a, b, 3, 4, 1, 4), out)
 
 
 def test_generated_code_shows_in_tracebacks():

@@ -635,3 +635,56 @@ def fold_pinned(e: Expr, pins: Mapping[Expr, int]) -> Expr:
         return r
 
     return visit(e)
+
+
+def fold_conditions(e: Expr, facts: frozenset) -> Expr:
+    """`e` with each `if` whose condition (normalized) is a known fact, or the negation of one, folded."""
+    if not facts or not any(x.op == "if" for x in _walk(e)):
+        return e
+    memo: dict = {}
+
+    def visit(x: Expr) -> Expr:
+        if x in memo:
+            return memo[x]
+        if x.op == "if":
+            cond = normalize(x.args[0])
+            if cond in facts:
+                r = visit(x.args[1])
+            elif normalize(not_(cond)) in facts:
+                r = visit(x.args[2])
+            else:
+                r = ite(x.args[0], visit(x.args[1]), visit(x.args[2]))
+        elif x.op in ("const", "bconst", "sym"):
+            r = x
+        elif x.op == "poly":
+            r = _from_terms(_fold_poly_atoms(x, visit))
+        elif x.op == "rel":
+            r = _rel(x.args[0], visit(x.args[1]), visit(x.args[2]))
+        else:
+            r = _CONSTRUCTORS[x.op](*(visit(a) for a in x.args))
+        memo[x] = r
+        return r
+
+    return visit(e)
+
+
+def _fold_poly_atoms(p: Expr, visit: Callable[[Expr], Expr]) -> dict[tuple, int]:
+    acc: dict[tuple, int] = {(): p.args[0]}
+    for mono, k in p.args[1]:
+        t: dict[tuple, int] = {(): k}
+        for a in mono:
+            t = _mul_terms(t, _terms(visit(a)))
+        acc = _add_terms(acc, t)
+    return acc
+
+
+def _walk(e: Expr) -> list[Expr]:
+    out, stack = [], [e]
+    while stack:
+        x = stack.pop()
+        out.append(x)
+        if x.op == "poly":
+            stack.extend(a for mono, _ in x.args[1] for a in mono)
+        elif x.op not in ("const", "bconst", "sym"):
+            stack.extend(a for a in x.args if isinstance(a, Expr))
+    return out

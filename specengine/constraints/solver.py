@@ -63,7 +63,11 @@ class Solution:
             sub = self._memo.get("substitution")
             if sub is None:
                 sub = self._memo["substitution"] = self.substitution()
-            out = self._memo[e] = E.fold_pinned(e.subs(sub), self.expr_pins)
+            facts = self._memo.get("facts")
+            if facts is None:
+                facts = self._memo["facts"] = frozenset(E.normalize(g.expr.subs(sub)) for g in self.guards)
+            out = E.fold_conditions(E.fold_pinned(e.subs(sub), self.expr_pins), facts)
+            self._memo[e] = out
         return out
 
 

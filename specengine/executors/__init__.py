@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from specengine.constraints.expr import Expr
@@ -58,7 +58,8 @@ def _claim(bsym: BoundSymbol, executors: Sequence[Executor], out: list, requests
     for ex in executors:
         claim = ex.claim(bsym)
         if claim is not None:
-            out.append(bsym.with_(sym=claim.impl, subsymbols=()))
+            impl = claim.impl if claim.impl.pure == bsym.sym.pure else replace(claim.impl, pure=bsym.sym.pure)
+            out.append(bsym.with_(sym=impl, subsymbols=()))
             requests.extend(Request(e, ex.name, bsym) for e in claim.needs_constant if not e.is_const)
             return
     if not bsym.subsymbols:

@@ -32,16 +32,19 @@ from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, valu
 
 def _operand(x: Any) -> Any:
     """Numbers enter prims as int Exprs (symbolic) or Python scalars; tensors as they are."""
-    if isinstance(x, NumberProxy):
-        return x.expr if x.python_type is int else x.hint
+    if isinstance(x, NumberProxy):  # a float is pinned (a guard), never read from its hint
+        return x.expr if x.python_type in (int, bool) else float(x)
     if isinstance(x, torch.Tensor):
         raise unsupported("a tensor closed over from outside", "pass the tensor as an argument (issue 4)")
     return x
 
 
-def elementwise(prim: Any, torch_fn: Any, *args: Any, compare: bool = False, **kwargs: Any) -> TensorProxy:
-    """Type-promote (torch's rules, via meta), broadcast and apply an elementwise prim."""
-    out_dtype = meta_call(torch_fn, *args, **kwargs).dtype
+def elementwise(
+    prim: Any, torch_fn: Any, *args: Any, compare: bool = False, out_dtype: Any = None, **kwargs: Any
+) -> TensorProxy:
+    """Type-promote (torch's rules, via meta, unless `out_dtype` corrects them), broadcast and apply a prim."""
+    meta_dtype = meta_call(torch_fn, *args, **kwargs).dtype
+    out_dtype = out_dtype or meta_dtype
     compute = torch.result_type(*(_meta_or_value(a) for a in args[:2])) if compare else out_dtype
     shape = broadcast_shapes(*(a.dims for a in args if isinstance(a, TensorProxy)))
     operands = [convert(expand_to(_operand(a), shape), compute) for a in args]
@@ -53,6 +56,10 @@ def _meta_or_value(a: Any) -> Any:
     from specengine.ops.utils import meta_value
 
     return meta_value(a)
+
+
+def _common_dtype(a: Any, b: Any) -> torch.dtype:
+    return torch.result_type(_meta_or_value(a), _meta_or_value(b))
 
 
 def _unary(name: str, torch_fn: Any, prim: str | None = None, extra: tuple = (), no_bool: bool = False) -> Any:
@@ -92,9 +99,18 @@ def _check_alpha(dtype: torch.dtype, alpha: Any) -> None:
         raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
 
 
+def _is_bool(x: Any) -> bool:
+    if isinstance(x, (TensorProxy, NumberProxy)):
+        return (x.dtype if isinstance(x, TensorProxy) else x.python_type) in (torch.bool, bool)
+    return isinstance(x, bool)
+
+
 def _add_or_sub(name: str, torch_fn: Any, a: Any, b: Any, alpha: Any) -> TensorProxy:
     """`a op alpha * b` in the dtype of `a op b` (scaling b first must not promote it)."""
     dtype = meta_call(torch_fn, a, b).dtype
+    if name == "sub" and any(_is_bool(x) for x in (a, b)):  # meta lets a bool Python scalar through
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
+                           "to invert a mask, use the `~` or `logical_not()` operator instead.")  # fmt: skip
     _check_alpha(dtype, alpha)
     if isinstance(alpha, NumberProxy) or alpha != 1:  # a symbolic alpha scales: no decision on its value
         b = mul(convert(b, dtype), alpha) if isinstance(b, TensorProxy) else b * alpha
@@ -127,6 +143,9 @@ def div(a: Any, b: Any, *, rounding_mode: str | None = None) -> TensorProxy:
         raise RuntimeError(
             f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'"
         )
+    if rounding_mode is not None and _common_dtype(a, b) is torch.bool:  # meta raises a RuntimeError
+        device = next(x.device.type for x in (a, b) if isinstance(x, TensorProxy))
+        raise NotImplementedError(f"\"div_{rounding_mode}_{device}\" not implemented for 'Bool'")
     return elementwise("div", torch.div, a, b, rounding_mode=rounding_mode)
 
 
@@ -137,11 +156,16 @@ def rdiv(a: Any, b: Any) -> TensorProxy:
 
 @torchop(torch.pow, torch.Tensor.pow, name="pow", methods=("pow", "__pow__"))
 def pow(a: Any, b: Any) -> TensorProxy:  # noqa: A001
+    """Where meta is wrong: a bool tensor to a bool scalar power stays bool; other bool powers have no kernel."""
+    bool_scalar_exponent = _is_bool(b) and not isinstance(b, TensorProxy)
+    if _common_dtype(a, b) is torch.bool and not bool_scalar_exponent:
+        raise NotImplementedError("\"pow\" not implemented for 'Bool'")
     integral = isinstance(a, TensorProxy) and not (a.dtype.is_floating_point or a.dtype.is_complex)
-    int_exponent = isinstance(b, (int, NumberProxy)) and not (isinstance(b, NumberProxy) and b.python_type is float)
+    int_exponent = type(b) is int or (isinstance(b, NumberProxy) and b.python_type is int)
     if integral and int_exponent and decide(E.lt(value_expr(b), 0), "pow", "is the integer exponent negative"):
         raise RuntimeError("Integers to negative integer powers are not allowed.")
-    return elementwise("pow", torch.pow, a, b)
+    out_dtype = torch.bool if bool_scalar_exponent and a.dtype is torch.bool else None
+    return elementwise("pow", torch.pow, a, b, out_dtype=out_dtype)
 
 
 @torchop(torchex.rpow, name="rpow", methods=("__rpow__",))
@@ -223,7 +247,7 @@ def amax(a: TensorProxy, dim: Any = (), keepdim: bool = False) -> Any:
     meta_call(torch.amax, a, dim, keepdim)
     every = dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0)
     dims = canonical_dims(dim, a.ndim)
-    for i in dims:
+    for i in dims if a.ndim else ():  # a 0-d tensor reduces over dim 0 or -1
         if not decide(E.ne(a.dims[i], 0), "amax", f"reduction over dim {i} needs a non-empty dim"):
             if every:
                 raise RuntimeError("amax(): Expected reduction dim to be specified for input.numel() == 0. "
@@ -269,3 +293,4 @@ def rmatmul(a: TensorProxy, b: TensorProxy) -> TensorProxy:
 
 
 from specengine.ops.ltorch_shape import *  # noqa: E402,F403 - shape ops are `ltorch.*` too
+from specengine.ops.ltorch_inplace import *  # noqa: E402,F403 - in-place ops are `ltorch.*` too

@@ -38,7 +38,7 @@ def _as_method(sym: Symbol) -> Callable:
     return method
 
 
-def torchop(*torch_fns: Callable, name: str | None = None, methods: tuple[str, ...] = (), impl=None):
+def torchop(*torch_fns: Callable, name: str | None = None, methods: tuple[str, ...] = (), impl=None, pure=True):
     """Define a torch-level op: the decorated function is its decomposition into prims.
 
     Args:
@@ -46,13 +46,14 @@ def torchop(*torch_fns: Callable, name: str | None = None, methods: tuple[str, .
         name: the op's name (default: the function's name).
         methods: TensorProxy methods and operators bound to this op.
         impl: what the torch executor calls (default: the first of `torch_fns`).
+        pure: False for ops that mutate an argument (never removed or merged by passes).
 
     Returns:
         A decorator that returns the op's Symbol.
     """
 
     def deco(decomposition: Callable) -> Symbol:
-        sym = Symbol(name or decomposition.__name__, "ltorch", meta=decomposition, impl=impl or torch_fns[0])
+        sym = Symbol(name or decomposition.__name__, "ltorch", meta=decomposition, impl=impl or torch_fns[0], pure=pure)
         for fn in torch_fns:
             TORCH_TABLE[fn] = sym
         for m in methods:

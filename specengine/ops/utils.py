@@ -55,24 +55,24 @@ def shape_arg(args: tuple) -> tuple:
 
 
 def broadcast_pair(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
-    """The broadcast of two dims; each decision that is not implied becomes a constraint.
+    """The broadcast of two dims, valid for every size: `y if x == 1 else x`. No guard is recorded.
 
-    Equality is asked first: when the dims are equal the result needs no decision about size 1.
+    Sizes that cannot broadcast raise eager's error here when the example sizes are incompatible; for
+    later inputs the torch op itself raises that error at run time. An executor that needs the decision
+    asks for it with a needs-constant request on `x == 1`.
     """
     if x is y or (y.is_const and y.value == 1):
         return x
     if x.is_const and x.value == 1:
         return y
-    if decide(E.eq(x, y), "broadcast", f"dims {index} match"):
-        return x
-    if decide(E.eq(x, 1), "broadcast", f"dim {index} of the left operand is 1"):
-        return y
-    if decide(E.eq(y, 1), "broadcast", f"dim {index} of the right operand is 1"):
-        return x
-    raise RuntimeError(
-        f"The size of tensor a ({hint(x)}) must match the size of tensor b ({hint(y)}) "
-        f"at non-singleton dimension {index}"
-    )
+    hx, hy = hint(x), hint(y)
+    if not (hx == hy or hx == 1 or hy == 1):
+        raise RuntimeError(
+            f"The size of tensor a ({hx}) must match the size of tensor b ({hy}) at non-singleton dimension {index}"
+        )
+    if x.is_const or y.is_const:
+        return x if x.is_const else y  # a size other than 1 is the result wherever the pair is valid
+    return E.ite(E.eq(x, 1), y, x)
 
 
 def broadcast_shapes(*shapes: tuple) -> tuple:

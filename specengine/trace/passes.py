@@ -63,6 +63,8 @@ def cse(trace: Trace) -> Trace:
     kept: list[BoundSymbol] = []
     for bsym in trace.bsyms:
         bsym = _swap_args(bsym, swap)
+        if not bsym.sym.pure:
+            seen.clear()  # a mutation may change what any earlier op computed from its inputs
         key = (bsym.sym, _cse_key((bsym.args, bsym.kwargs), swap)) if bsym.sym.pure else None
         first = seen.get(key) if key is not None else None
         if first is None:
@@ -107,7 +109,11 @@ def specialize(trace: Trace, fold: Callable[[E.Expr], E.Expr], hints: Mapping[st
             return new
         return x
 
-    bsyms = tuple(b.map_values(fn) for b in trace.bsyms if any(isinstance(o, TensorProxy) for o in b.flat_outs()))
+    bsyms = tuple(
+        b.map_values(fn)
+        for b in trace.bsyms
+        if not b.sym.pure or any(isinstance(o, TensorProxy) for o in b.flat_outs())
+    )
     output = tree_map(fn, trace.output)
     tensor_params = tuple(fn(p) for p in trace.params if isinstance(p, TensorProxy))
     symbols = sorted(_free_symbols(bsyms, output), key=lambda s: E.sym(s).sort_key)

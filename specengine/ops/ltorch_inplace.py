@@ -1,0 +1,115 @@
+"""In-place ops and setitem. They run in place in the computation, in the program's order, so mutation of
+inputs, of views and of aliased inputs behaves exactly as in eager; passes never drop or merge them.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+from specengine.ops import prims
+from specengine.ops.registry import torchop
+from specengine.ops.utils import expand_to, hint, meta_call
+from specengine.trace.proxies import TensorProxy, unsupported
+from specengine.trace.symbol import Symbol
+
+__all__ = ["add_", "sub_", "mul_", "div_", "copy_", "fill_", "zero_", "setitem"]
+
+
+def _copy_impl(dst: torch.Tensor, src: Any) -> torch.Tensor:
+    return dst.copy_(src) if isinstance(src, torch.Tensor) else dst.fill_(src)
+
+
+def _copy_meta(dst: TensorProxy, src: Any) -> TensorProxy:
+    return dst
+
+
+copy_to = Symbol("copy_to", "prims", meta=_copy_meta, impl=_copy_impl, is_prim=True, pure=False)
+prims.PRIMS["copy_to"] = copy_to
+prims.copy_to = copy_to  # traces print prims.copy_to
+
+
+def _check_broadcast_into(dst: TensorProxy, src: Any, op: str) -> None:
+    """Raise eager's error when `src` does not broadcast to `dst`'s shape.
+
+    Checked on the hints without recording a guard: `dst` keeps its shape whatever the sizes are, and for
+    inputs where the check fails the in-place torch op raises this same error at run time.
+    """
+    if not isinstance(src, TensorProxy):
+        return
+    dst_sizes, src_sizes = [hint(d) for d in dst.dims], [hint(s) for s in src.dims]
+    tail = dst_sizes[len(dst_sizes) - len(src_sizes) :] if len(src_sizes) <= len(dst_sizes) else None
+    if tail is None or any(s not in (d, 1) for d, s in zip(tail, src_sizes)):
+        raise RuntimeError(f"output with shape {dst_sizes} doesn't match the broadcast shape {src_sizes}")
+
+
+def _write(dst: TensorProxy, result: Any, op: str) -> TensorProxy:
+    if isinstance(result, TensorProxy) and not torch.can_cast(result.dtype, dst.dtype):
+        raise RuntimeError(f"result type {_type_name(result.dtype)} can't be cast to the desired output type "
+                           f"{_type_name(dst.dtype)}")  # fmt: skip
+    copy_to(dst, prims.convert_element_type(result, dst.dtype) if result.dtype != dst.dtype else result)
+    return dst
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.bool: "Bool",
+            torch.int32: "Int", torch.float16: "Half", torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))  # fmt: skip
+
+
+def _binary_inplace(name: str, functional: Any) -> Any:
+    def decomposition(a: TensorProxy, b: Any, **kwargs: Any) -> TensorProxy:
+        _check_broadcast_into(a, b, name)
+        return _write(a, functional(a, b, **kwargs), name)
+
+    decomposition.__name__ = name
+    method = getattr(torch.Tensor, name)
+    return torchop(method, name=name, methods=(name, f"__i{name[:-1].replace('div', 'truediv')}__"), pure=False)(
+        decomposition
+    )
+
+
+def _ltorch() -> Any:
+    from specengine.ops import ltorch
+
+    return ltorch
+
+
+add_ = _binary_inplace("add_", lambda a, b, **kw: _ltorch().add(a, b, **kw))
+sub_ = _binary_inplace("sub_", lambda a, b, **kw: _ltorch().sub(a, b, **kw))
+mul_ = _binary_inplace("mul_", lambda a, b: _ltorch().mul(a, b))
+div_ = _binary_inplace("div_", lambda a, b, **kw: _ltorch().div(a, b, **kw))
+
+
+@torchop(torch.Tensor.copy_, name="copy_", methods=("copy_",), pure=False)
+def copy_(a: TensorProxy, src: TensorProxy, non_blocking: bool = False) -> TensorProxy:
+    _check_broadcast_into(a, src, "copy_")
+    return copy_to(a, expand_to(src, a.dims))
+
+
+@torchop(torch.Tensor.fill_, name="fill_", methods=("fill_",), pure=False)
+def fill_(a: TensorProxy, value: Any) -> TensorProxy:
+    if isinstance(value, TensorProxy):
+        if value.ndim != 0:
+            raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} "
+                               "dimensions.")  # fmt: skip
+        return copy_to(a, expand_to(value, a.dims))
+    meta_call(torch.Tensor.fill_, a, value)
+    return copy_to(a, value)
+
+
+@torchop(torch.Tensor.zero_, name="zero_", methods=("zero_",), pure=False)
+def zero_(a: TensorProxy) -> TensorProxy:
+    return copy_to(a, 0)
+
+
+@torchop(operator.setitem, torch.Tensor.__setitem__, name="setitem", methods=("__setitem__",), pure=False)
+def setitem(a: TensorProxy, key: Any, value: Any) -> None:
+    if isinstance(value, torch.Tensor):
+        raise unsupported("setitem with a tensor closed over from outside", "pass the tensor as an argument")
+    view = _ltorch().getitem(a, key)
+    _check_broadcast_into(view, value, "setitem")
+    if isinstance(value, TensorProxy) and value.dtype != view.dtype:
+        value = prims.convert_element_type(value, view.dtype)
+    copy_to(view, expand_to(value, view.dims))
