@@ -72,8 +72,13 @@ class Cache:
         self.misses += 1
         if self.entries:
             self.reasons.append("; ".join(reasons))
-        kept = tuple(e for e in self.entries if not _replaces(entry, e))
-        self.entries = kept + (entry,)
+        kept = []
+        for old in self.entries:
+            if not _replaces(entry, old):
+                kept.append(old)
+            elif subsumes(old.solution, entry.solution):
+                entry.key = old.key  # equivalent guard sets share one key, whatever their syntax
+        self.entries = tuple(kept) + (entry,)
         self._rebuild()
 
     def _rebuild(self) -> None:
