@@ -272,6 +272,8 @@ def matmul(a: TensorProxy, b: TensorProxy) -> TensorProxy:
         raise RuntimeError("both arguments to matmul need to be at least 1D, but they are "
                            f"{a.ndim}D and {b.ndim}D")  # fmt: skip
     meta_call(torch.matmul, a, b)
+    if a.dtype != b.dtype:  # meta promotes; the kernels do not
+        raise RuntimeError(f"expected both matmul operands to have the same dtype, but got {a.dtype} and {b.dtype}")
     _check_inner(a.dims[-1], b.dims[0] if b.ndim == 1 else b.dims[-2], a, b)
     if a.ndim == 1 and b.ndim == 1:
         return prims.sum(prims.mul(a, expand_to(b, a.dims)), (0,))
@@ -292,5 +294,5 @@ def rmatmul(a: TensorProxy, b: TensorProxy) -> TensorProxy:
     return matmul(b, a)
 
 
-from specengine.ops.ltorch_shape import *  # noqa: E402,F403 - shape ops are `ltorch.*` too
 from specengine.ops.ltorch_inplace import *  # noqa: E402,F403 - in-place ops are `ltorch.*` too
+from specengine.ops.ltorch_shape import *  # noqa: E402,F403 - shape ops are `ltorch.*` too

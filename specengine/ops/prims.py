@@ -6,6 +6,7 @@ side by side. Prims never decide anything on symbols: the torch-level ops above 
 
 from __future__ import annotations
 
+import builtins
 import operator
 from typing import Any, Callable
 
@@ -195,16 +196,19 @@ def squeeze(a: TensorProxy, dims: tuple) -> TensorProxy:
 
 
 def _slice_impl(a: torch.Tensor, starts: tuple, ends: tuple, steps: tuple) -> torch.Tensor:
-    return a[tuple(slice(s, e, k) for s, e, k in zip(starts, ends, steps))]
+    return a[tuple(builtins.slice(s, e, k) for s, e, k in zip(starts, ends, steps))]
 
 
 @prim("slice", impl=_slice_impl, tags=("shape_op",))
-def slice_prim(a: TensorProxy, starts: tuple, ends: tuple, steps: tuple) -> TensorProxy:
+def slice(a: TensorProxy, starts: tuple, ends: tuple, steps: tuple) -> TensorProxy:  # noqa: A001 - traces print prims.slice
     dims = []
     for s, e, k in zip(starts, ends, steps):
         length = E.sub(E.as_expr(e), E.as_expr(s))
         dims.append(E.maximum(E.floordiv(E.add(length, k - 1), k), 0))
     return new_tensor(tuple(dims), a.dtype, [a])
+
+
+slice_prim = slice
 
 
 # Reductions over `dims` (no keepdim: torch-level ops restore kept dims with broadcast_in_dim).
@@ -214,7 +218,7 @@ def _reduce_meta(a: TensorProxy, dims: tuple, dtype: torch.dtype | None = None) 
     return new_tensor(tuple(d for i, d in enumerate(a.dims) if i not in dims), dtype or a.dtype, [a])
 
 
-@prim("sum", impl=lambda a, dims, dtype=None: torch.sum(a, dims, dtype=dtype), tags=("reduction",))
+@prim("sum", impl=lambda a, dims, dtype=None: torch.sum(a, dims, dtype=dtype or a.dtype), tags=("reduction",))
 def sum(a: TensorProxy, dims: tuple, dtype: torch.dtype | None = None) -> TensorProxy:  # noqa: A001
     return _reduce_meta(a, dims, dtype)
 

@@ -79,13 +79,18 @@ def cse(trace: Trace) -> Trace:
 
 
 def _swap_args(bsym: BoundSymbol, swap: dict[int, Any]) -> BoundSymbol:
+    """`bsym` with merged values replaced in its arguments and in its decomposition's arguments."""
     if not swap:
         return bsym
 
     def fn(x: Any) -> Any:
         return swap.get(id(x), x)
 
-    return bsym.with_(args=tree_map(fn, bsym.args), kwargs=tuple((k, tree_map(fn, v)) for k, v in bsym.kwargs))
+    return bsym.with_(
+        args=tree_map(fn, bsym.args),
+        kwargs=tuple((k, tree_map(fn, v)) for k, v in bsym.kwargs),
+        subsymbols=tuple(_swap_args(s, swap) for s in bsym.subsymbols),
+    )
 
 
 def specialize(trace: Trace, fold: Callable[[E.Expr], E.Expr], hints: Mapping[str, int]) -> Trace:
