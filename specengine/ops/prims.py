@@ -20,12 +20,18 @@ from specengine.trace.symbol import Symbol
 PRIMS: dict[str, Symbol] = {}
 
 
-def prim(name: str, impl: Callable, tags: tuple[str, ...] = ()) -> Callable[[Callable], Symbol]:
-    """Register a primitive: the decorated function is its meta; `impl` its torch implementation."""
+def prim(name: str, impl: Callable, tags: tuple[str, ...] = (), pure: bool = True) -> Callable[[Callable], Symbol]:
+    """Register a primitive: the decorated function is its meta; `impl` its torch implementation.
+
+    Prims may be defined in any ops module; each is reachable as `prims.<name>`, which traces print.
+    """
 
     def deco(meta: Callable) -> Symbol:
-        sym = Symbol(name, "prims", meta=meta, impl=impl, is_prim=True, tags=frozenset(tags))
+        if name in PRIMS:
+            raise ValueError(f"prims.{name} is already defined")
+        sym = Symbol(name, "prims", meta=meta, impl=impl, is_prim=True, pure=pure, tags=frozenset(tags))
         PRIMS[name] = sym
+        globals().setdefault(name, sym)
         return sym
 
     return deco

@@ -11,6 +11,7 @@ from specengine.trace.proxies import Proxy, TensorProxy, unsupported
 from specengine.trace.symbol import Symbol, tree_leaves
 
 TORCH_TABLE: dict[Callable, Symbol] = {}
+ALWAYS_TRACED: set[Callable] = set()  # e.g. creation ops: traced even when no argument is a proxy
 
 _NAMESPACES = (
     ("torch", torch),
@@ -38,7 +39,14 @@ def _as_method(sym: Symbol) -> Callable:
     return method
 
 
-def torchop(*torch_fns: Callable, name: str | None = None, methods: tuple[str, ...] = (), impl=None, pure=True):
+def torchop(
+    *torch_fns: Callable,
+    name: str | None = None,
+    methods: tuple[str, ...] = (),
+    impl: Callable | None = None,
+    pure: bool = True,
+    always_traced: bool = False,
+):
     """Define a torch-level op: the decorated function is its decomposition into prims.
 
     Args:
@@ -47,6 +55,8 @@ def torchop(*torch_fns: Callable, name: str | None = None, methods: tuple[str, .
         methods: TensorProxy methods and operators bound to this op.
         impl: what the torch executor calls (default: the first of `torch_fns`).
         pure: False for ops that mutate an argument (never removed or merged by passes).
+        always_traced: trace calls even without a proxy argument (creation ops such as `torch.zeros(3)`),
+            so they are computed in the trace instead of becoming constant tensors.
 
     Returns:
         A decorator that returns the op's Symbol.
@@ -56,6 +66,8 @@ def torchop(*torch_fns: Callable, name: str | None = None, methods: tuple[str, .
         sym = Symbol(name or decomposition.__name__, "ltorch", meta=decomposition, impl=impl or torch_fns[0], pure=pure)
         for fn in torch_fns:
             TORCH_TABLE[fn] = sym
+            if always_traced:
+                ALWAYS_TRACED.add(fn)
         for m in methods:
             setattr(TensorProxy, m, _as_method(sym))
         return sym
@@ -69,7 +81,7 @@ def has_proxy(tree: Any) -> bool:
 
 def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
     """Route a torch call seen while tracing to its symbol; calls without proxies run eagerly."""
-    if not has_proxy((args, kwargs)):
+    if func not in ALWAYS_TRACED and not has_proxy((args, kwargs)):
         return func(*args, **kwargs)
     sym = TORCH_TABLE.get(func)
     if sym is not None:
