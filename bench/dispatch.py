@@ -27,7 +27,7 @@ def best_us(fn, number: int) -> float:
 
 
 def measure(n_entries: int, number: int) -> dict[str, float]:
-    cfn = specengine.compile(f, dynamic=False)
+    cfn = specengine.compile(f, dynamic=False, recompile_limit=1000)
     inputs = [(torch.randn(k + 1, 2), torch.randn(k + 1, 2)) for k in range(n_entries)]
     for a, b in inputs:
         cfn(a, b)

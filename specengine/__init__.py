@@ -6,14 +6,25 @@ from typing import Any, Callable, Sequence
 
 from specengine.api import CompiledFunction, make_compiled
 from specengine.cache import CacheEntry
-from specengine.errors import ConstraintViolationError, SolverWarning, SpecEngineError, UnsupportedOpError
+from specengine.config import config
+from specengine.errors import (
+    ConstraintViolationError,
+    RecompileLimitError,
+    RecompileLimitWarning,
+    SolverWarning,
+    SpecEngineError,
+    UnsupportedOpError,
+)
+from specengine.logs import set_logs
+from specengine.marks import mark_dynamic, mark_static
 from specengine.prologue.codegen import Guard, Prologue
 from specengine.trace.trace import Trace
 
 __all__ = [
     "compile", "cache_hits", "cache_misses", "last_traces", "last_prologue", "last_guards", "cache_entries",
-    "recompile_reasons", "mark_dynamic", "mark_static", "CompiledFunction", "CacheEntry", "Guard", "Prologue",
-    "Trace", "SpecEngineError", "UnsupportedOpError", "ConstraintViolationError", "SolverWarning",
+    "recompile_reasons", "explain", "reset", "mark_dynamic", "mark_static", "config", "set_logs",
+    "CompiledFunction", "CacheEntry", "Guard", "Prologue", "Trace", "SpecEngineError", "UnsupportedOpError",
+    "ConstraintViolationError", "RecompileLimitError", "RecompileLimitWarning", "SolverWarning",
 ]  # fmt: skip
 
 
@@ -22,22 +33,28 @@ def compile(
     *,
     dynamic: bool | None = None,
     executors: Sequence[Any] | None = None,
+    recompile_limit: int | None = None,
+    on_recompile_limit: str | None = None,
 ) -> Any:
     """Compile `fn` (a function or nn.Module); also usable as `@compile` or `@compile(dynamic=True)`.
 
     Args:
         fn: the function to compile.
         dynamic: True: every tensor dim and int input is symbolic. False: everything is pinned to the
-            values seen. None (default): automatic; until the dynamic-modes issue lands it acts as True.
+            values seen. None (default): automatic; the first compile pins everything, and each size or int
+            whose value changed between calls becomes symbolic for the recompile.
         executors: executor names ("torch") or executor objects, in priority order; "torch" is always the
             fallback.
+        recompile_limit: entries allowed for this function (default `specengine.config.recompile_limit`, 8).
+        on_recompile_limit: "warn" (a RecompileLimitWarning, then an eager run) or "raise" (default
+            `specengine.config.on_recompile_limit`).
 
     Returns:
         A CompiledFunction, or a decorator when `fn` is omitted.
     """
     if fn is None:
-        return lambda f: make_compiled(f, dynamic, executors)
-    return make_compiled(fn, dynamic, executors)
+        return lambda f: make_compiled(f, dynamic, executors, recompile_limit, on_recompile_limit)
+    return make_compiled(fn, dynamic, executors, recompile_limit, on_recompile_limit)
 
 
 def _compiled(cfn: Any) -> CompiledFunction:
@@ -84,11 +101,24 @@ def recompile_reasons(cfn: CompiledFunction) -> list[str]:
     return list(_compiled(cfn)._cache.reasons)
 
 
-def mark_dynamic(t: Any, dim: int, min: int | None = None, max: int | None = None) -> None:  # noqa: A002
-    """Mark a dim as dynamic with an optional range (arrives with the dynamic-modes issue, #5)."""
-    raise NotImplementedError("specengine.mark_dynamic arrives with issue 5 (dynamic modes)")
+def reset(cfn: CompiledFunction) -> None:
+    """Drop every entry and counter of `cfn` (the next call compiles again)."""
+    _compiled(cfn).reset()
 
 
-def mark_static(t: Any, dim: int) -> None:
-    """Mark a dim as static (arrives with the dynamic-modes issue, #5)."""
-    raise NotImplementedError("specengine.mark_static arrives with issue 5 (dynamic modes)")
+def explain(cfn: CompiledFunction) -> str:
+    """Print (and return) each entry of `cfn`: its guards with provenance, its hits, its compile statistics."""
+    c = _compiled(cfn)
+    lines = [f"{c.__name__}: {cache_misses(c)} misses, {cache_hits(c)} hits, {len(c._cache.entries)} entries"]
+    for i, e in enumerate(c._cache.entries):
+        st = e.stats
+        lines.append(f"entry {i}: {e.hits} hits; compile {st['compile_s'] * 1e3:.1f} ms "
+                     f"(trace {st['trace_s'] * 1e3:.1f}, solve {st['solve_s'] * 1e3:.1f}, "
+                     f"codegen {st['codegen_s'] * 1e3:.1f}), {st['z3_calls']} z3 queries")  # fmt: skip
+        lines += [f"  {g}    # {g.provenance}" for g in e.guards] or ["  (no guards)"]
+    for i, reason in enumerate(c._cache.reasons, 1):
+        lines.append(f"recompile {i}:")
+        lines += [f"  {r}" for r in reason.splitlines()]
+    text = "\n".join(lines)
+    print(text)
+    return text

@@ -5,13 +5,18 @@ from __future__ import annotations
 import functools
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
 from specengine.cache import Cache, CacheEntry
-from specengine.codegen import function_name
+from specengine.codegen import callable_target, function_name
+from specengine.config import config
+from specengine.errors import RecompileLimitError, RecompileLimitWarning
+from specengine.logs import topic
+from specengine.marks import check_marks, mark_constraints
 from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
 from specengine.constraints.solver import Solution, Solver
@@ -27,13 +32,19 @@ from specengine.trace.proxies import NumberProxy
 from specengine.trace.trace import Trace, format_value
 
 _MAX_CLAIM_ROUNDS = 8
+recompiles, guards_log, traces_log = topic("recompiles"), topic("guards"), topic("traces")
 
 
 @dataclass(frozen=True)
 class Options:
     dynamic: bool | None
     executors: tuple[Executor, ...]
-    timeout_ms: int = 2000
+    recompile_limit: int | None = None  # None: specengine.config.recompile_limit
+    on_recompile_limit: str | None = None  # None: specengine.config.on_recompile_limit
+
+    @property
+    def timeout_ms(self) -> int:
+        return config.solver_timeout_ms
 
 
 class CompiledFunction:
@@ -47,7 +58,9 @@ class CompiledFunction:
         self._lock = threading.RLock()
         self._last: CacheEntry | None = None
         self._last_compiled: CacheEntry | None = None
-        functools.update_wrapper(self, fn, updated=())
+        self._auto_dynamic: frozenset[str] = frozenset()  # under dynamic=None: sources seen to change
+        self._seen: dict[str, Any] = {}  # source -> value at the first compile that saw it
+        functools.update_wrapper(self, callable_target(fn), updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         cache = self._cache
@@ -70,23 +83,92 @@ class CompiledFunction:
                 return computation(*inputs)
         return self._miss(args, kwargs)
 
+    def _lookup(self, args: tuple, kwargs: dict) -> Any:
+        """The dispatch of `__call__`, for the slow path: (entry, computation inputs) or None."""
+        cache = self._cache
+        for key_fn, index in cache.indexes:
+            try:
+                rows = index.get(key_fn(*args, **kwargs), ())
+            except Exception:  # noqa: BLE001 - inputs of another structure: not this index
+                rows = ()
+            for prologue, _, entry in rows:
+                inputs = prologue(*args, **kwargs)
+                if inputs is not None:
+                    return entry, inputs
+        for prologue, _, entry in cache.scan:
+            inputs = prologue(*args, **kwargs)
+            if inputs is not None:
+                return entry, inputs
+        return None
+
     def _miss(self, args: tuple, kwargs: dict) -> Any:
-        with self._lock:
-            reasons = [e.prologue.explain(args, kwargs) or "passed" for e in self._entries]
-            entry = compile_entry(self._fn, args, kwargs, self._options)
-            self._cache.add(entry, reasons)
-            self._entries = self._cache.entries
-            self._last = self._last_compiled = entry
+        with self._lock:  # one compile at a time per function; dispatch stays lock-free
+            found = self._lookup(args, kwargs)  # another thread may have compiled it meanwhile
+            if found is not None:
+                entry, inputs = found
+                entry.hits += 1
+            elif len(self._entries) >= self._limit():
+                return self._over_limit(args, kwargs)
+            else:
+                entry, inputs = self._compile(args, kwargs)
+        self._last = entry
+        return entry.computation(*inputs)
+
+    def _compile(self, args: tuple, kwargs: dict) -> tuple[CacheEntry, tuple]:
+        reasons = [e.prologue.explain(args, kwargs) or "passed" for e in self._entries]
+        if self._options.dynamic is None and self._entries:
+            self._auto_dynamic |= self._changed_sources(args, kwargs)
+        entry = compile_entry(self._fn, args, kwargs, self._options, self._auto_dynamic)
+        self._seen = {**entry.source_values, **self._seen}
+        self._cache.add(entry, reasons)
+        self._entries = self._cache.entries
+        self._last_compiled = entry
+        if reasons:
+            recompiles.info("recompiling %s (entry %d):\n  %s", self.__name__, len(self._entries), "\n  ".join(reasons))
+        guards_log.info("%s entry %d guards:\n  %s", self.__name__, len(self._entries),
+                        "\n  ".join(g.constraint.debug_str(entry.prologue_sources) for g in entry.guards) or "(none)")  # fmt: skip
         inputs = entry.prologue.fn(*args, **kwargs)
         if inputs is None:
             raise SpecEngineError(f"internal error: a new entry rejects the inputs it was traced from: "
                                   f"{entry.prologue.explain(args, kwargs)}")  # fmt: skip
-        return entry.computation(*inputs)
+        return entry, inputs
+
+    def _changed_sources(self, args: tuple, kwargs: dict) -> frozenset[str]:
+        """Under automatic dynamic: the sizes and ints whose values differ from those compiled before."""
+        specs = describe_inputs(self._fn, args, kwargs, True)
+        current = {specs.sources[s]: v for s, v in specs.hints.items()}
+        return frozenset(src for src, v in current.items() if src in self._seen and self._seen[src] != v)
+
+    def _limit(self) -> int:
+        limit = self._options.recompile_limit
+        return config.recompile_limit if limit is None else limit
+
+    def _over_limit(self, args: tuple, kwargs: dict) -> Any:
+        """Past the recompile limit: warn and run eagerly, or raise, as configured."""
+        reason = "; ".join(e.prologue.explain(args, kwargs) or "passed" for e in self._entries[-1:])
+        message = (f"specengine: {self.__qualname__} reached the recompile limit ({self._limit()} entries); "
+                   f"last recompile reason: {reason}")  # fmt: skip
+        mode = self._options.on_recompile_limit or config.on_recompile_limit
+        if mode == "raise":
+            raise RecompileLimitError(message + ". Raise specengine.config.recompile_limit or pass recompile_limit=.")
+        warnings.warn(message + "; running eagerly", RecompileLimitWarning, stacklevel=3)
+        return self._fn(*args, **kwargs)
+
+    def reset(self) -> None:
+        """Drop every entry, counter and automatic-dynamic observation."""
+        with self._lock:
+            self._cache = Cache()
+            self._entries = ()
+            self._last = self._last_compiled = None
+            self._auto_dynamic, self._seen = frozenset(), {}
 
 
 def _trace_stage(fn: Callable, specs: InputSpecs, options: Options) -> tuple[list[Trace], Decider, bool]:
     decider = Decider(specs.hints, specs.ranges, options.timeout_ms)
+    for constraint, provenance in mark_constraints(specs):
+        decider.record(constraint, provenance)
     traced, state = trace_function(fn, specs, decider)
+    traces_log.info("traced %s:\n%s", function_name(fn), traced)
     cleaned = passes.dce(passes.cse(traced))
     return [traced, cleaned], decider, state.uses_default_dtype
 
@@ -131,13 +213,15 @@ def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: 
     return build_prologue(name, specs, solution, returns, symbols, torch.is_grad_enabled(), default_dtype)
 
 
-def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options) -> CacheEntry:
+def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
+                  auto_dynamic: frozenset[str] = frozenset()) -> CacheEntry:  # fmt: skip
     """The compile pipeline: describe inputs, trace, solve, specialize and claim, generate the prologue."""
     times = {"start": time.perf_counter()}
-    specs = describe_inputs(fn, args, kwargs, options.dynamic)
+    specs = describe_inputs(fn, args, kwargs, options.dynamic, auto_dynamic)
     traces, decider, uses_default_dtype = _trace_stage(fn, specs, options)
     times["trace"] = time.perf_counter()
     solution, computation = _computation_stage(traces[-1], decider, specs, options)
+    check_marks(specs, solution)
     traces += computation
     times["solve"] = time.perf_counter()
     prologue, guards = _prologue_stage(fn, specs, solution, traces[-1], uses_default_dtype)
@@ -146,7 +230,11 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options) -> 
     key = (_static_key(specs), solution.key, torch.is_grad_enabled(), uses_default_dtype and torch.get_default_dtype())
     stats = _stats(times, decider, solution)
     index = build_index_key(function_name(fn), specs, dict(solution.pinned))
-    return CacheEntry(prologue, entry_fn, traces, guards, solution, key, index, stats)
+    traces_log.info("final computation of %s:\n%s", function_name(fn), traces[-1])
+    entry = CacheEntry(prologue, entry_fn, traces, guards, solution, key, index, stats)
+    entry.source_values = {specs.sources[s]: v for s, v in specs.hints.items()}
+    entry.prologue_sources = specs.sources.__getitem__
+    return entry
 
 
 def _stats(times: dict[str, float], decider: Decider, solution: Solution) -> dict[str, Any]:
@@ -167,5 +255,8 @@ def _static_key(specs: InputSpecs) -> str:
     return repr((specs.params, specs.state))
 
 
-def make_compiled(fn: Callable, dynamic: bool | None, executors: Sequence[Executor | str] | None) -> CompiledFunction:
-    return CompiledFunction(fn, Options(dynamic, resolve_executors(executors)))
+def make_compiled(fn: Callable, dynamic: bool | None, executors: Sequence[Executor | str] | None,
+                  recompile_limit: int | None = None, on_recompile_limit: str | None = None) -> CompiledFunction:  # fmt: skip
+    if on_recompile_limit not in (None, "warn", "raise"):
+        raise ValueError(f"on_recompile_limit must be 'warn' or 'raise', got {on_recompile_limit!r}")
+    return CompiledFunction(fn, Options(dynamic, resolve_executors(executors), recompile_limit, on_recompile_limit))

@@ -36,6 +36,8 @@ class CacheEntry:
     index: tuple[str, tuple, dict] | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     hits: int = 0
+    source_values: dict[str, Any] = field(default_factory=dict)  # "x.shape[0]" -> value it was traced with
+    prologue_sources: Callable[[str], str] = str  # symbol -> Python text over the inputs
 
     @property
     def row(self) -> tuple:
@@ -58,6 +60,7 @@ class Cache:
     def __init__(self) -> None:
         self.entries: tuple[CacheEntry, ...] = ()
         self.misses = 0
+        self.retired_hits = 0  # hits of entries that newer, subsuming entries replaced
         self.reasons: list[str] = []
         self.indexes: tuple[tuple[Callable, dict], ...] = ()
         self.scan: tuple = ()
@@ -71,12 +74,14 @@ class Cache:
         """
         self.misses += 1
         if self.entries:
-            self.reasons.append("; ".join(reasons))
+            self.reasons.append("\n".join(reasons))
         kept = []
         for old in self.entries:
             if not _replaces(entry, old):
                 kept.append(old)
-            elif subsumes(old.solution, entry.solution):
+                continue
+            self.retired_hits += old.hits
+            if subsumes(old.solution, entry.solution):
                 entry.key = old.key  # equivalent guard sets share one key, whatever their syntax
         self.entries = tuple(kept) + (entry,)
         self._rebuild()
@@ -101,7 +106,7 @@ class Cache:
 
     @property
     def hits(self) -> int:
-        return sum(e.hits for e in self.entries)
+        return self.retired_hits + sum(e.hits for e in self.entries)
 
 
 def _replaces(new: CacheEntry, old: CacheEntry) -> bool:

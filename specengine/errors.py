@@ -24,3 +24,11 @@ class ConstraintViolationError(SpecEngineError):
 
 class SolverWarning(UserWarning):
     """z3 gave up on a query; the engine fell back to a stronger (more specialized) guard set."""
+
+
+class RecompileLimitError(SpecEngineError):
+    """A compiled function reached its recompile limit and is configured to raise."""
+
+
+class RecompileLimitWarning(UserWarning):
+    """A compiled function reached its recompile limit; the call runs eagerly."""

@@ -14,3 +14,17 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _many_entries():
+    """Op sweeps under dynamic=False compile one entry per shape on purpose: lift the default limit of 8.
+
+    Tests of the limit itself pass `recompile_limit=` or set the config inside the test.
+    """
+    import specengine
+
+    old = specengine.config.recompile_limit
+    specengine.config.recompile_limit = 1000
+    yield
+    specengine.config.recompile_limit = old

@@ -88,7 +88,7 @@ def test_pytree_inputs_lists_tuples_dicts():
     assert counts(cfn) == (3, 2)
     assert specengine.recompile_reasons(cfn) == [
         "len(xs) == 2 failed: len(xs) = 3",
-        "type(xs) is list failed: type(xs) = tuple; type(xs) is list failed: type(xs) = tuple",
+        "type(xs) is list failed: type(xs) = tuple\ntype(xs) is list failed: type(xs) = tuple",  # one line per entry
     ]
 
 

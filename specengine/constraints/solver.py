@@ -23,7 +23,7 @@ from specengine.constraints.z3expr import to_z3
 from specengine.errors import SolverWarning
 from specengine.provenance import Provenance
 
-log = logging.getLogger("specengine.solver")
+log = logging.getLogger("specengine.solver")  # the "solver" log topic
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ class Solver:
         rest = self._minimize(rest, pinned)
         guards = self._class_guards(rep, pinned, eq_prov) + tuple(rest)
         key = frozenset(E.normalize(g.expr) for g in guards)
-        log.debug("solved %d constraints into %d guards with %d z3 calls", len(self.constraints), len(guards),
+        log.info("solved %d constraints into %d guards with %d z3 calls", len(self.constraints), len(guards),
                   self.z3_calls)  # fmt: skip
         return Solution(guards, pinned, rep, key, self.z3_calls, tuple(self.notes), expr_pins, self.z3_seconds,
                         self.z3_max_seconds, self.ranges)  # fmt: skip
@@ -280,6 +280,19 @@ def _expression_pins(constraints: list[Constraint]) -> dict[E.Expr, int]:
     return pins
 
 
+def implies(facts: Iterable[E.Expr], goal: E.Expr, ranges: Ranges, timeout_ms: int = 2000) -> bool:
+    """Whether z3 proves `goal` from `facts` and the symbol ranges (False when unknown or on failure)."""
+    env: dict = {}
+    solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    solver.add(*range_facts(ranges, env), *(to_z3(f, env) for f in facts))
+    solver.add(z3.Not(to_z3(goal, env)))
+    try:
+        return solver.check() == z3.unsat
+    except z3.Z3Exception:
+        return False
+
+
 def subsumes(new: Solution, old: Solution, timeout_ms: int = 2000) -> bool:
     """Whether every input that `old`'s guards accept is accepted by `new`'s (z3 proves old => new).
 
@@ -289,13 +302,6 @@ def subsumes(new: Solution, old: Solution, timeout_ms: int = 2000) -> bool:
         return True
     if any(old.pinned.get(s) != v for s, v in new.pinned.items()):
         return False  # old leaves free (or pins elsewhere) a symbol that new pins
-    env: dict = {}
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
     ranges = {s: r for s, r in old.ranges.items() if r[0] != r[1]}
-    solver.add(*range_facts(ranges, env), *(to_z3(g.expr, env) for g in old.guards))
-    solver.add(z3.Not(z3.And(*(to_z3(g.expr, env) for g in new.guards))))
-    try:
-        return solver.check() == z3.unsat
-    except z3.Z3Exception:
-        return False
+    goal = E.and_(*(g.expr for g in new.guards))
+    return implies((g.expr for g in old.guards), goal, ranges, timeout_ms)

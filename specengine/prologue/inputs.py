@@ -15,6 +15,7 @@ import torch
 
 from specengine.codegen import callable_target, check_call
 from specengine.constraints import expr as E
+from specengine.marks import Mark, marks_of
 
 Range = tuple[int | None, int | None]
 
@@ -68,6 +69,7 @@ class InputSpecs:
     params: tuple  # one spec per parameter, in signature order
     state: tuple = ()  # an nn.Module's parameters, buffers and plain attributes (paths start with `self`)
     module: Any = None
+    marks: dict[str, Mark] = field(default_factory=dict)  # symbol -> mark_dynamic of its dim
     hints: dict[str, int] = field(default_factory=dict)
     ranges: dict[str, Range] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # symbol -> Python text over input names
@@ -92,8 +94,9 @@ def _local_name(path: str) -> str:
 
 
 class _Builder:
-    def __init__(self, dynamic: bool | None):
+    def __init__(self, dynamic: bool | None, auto_dynamic: frozenset[str]):
         self.dynamic = dynamic
+        self.auto_dynamic = auto_dynamic
         self.specs: InputSpecs | None = None
         self.locals: set[str] = set()
         self.n_dims = 0
@@ -107,22 +110,33 @@ class _Builder:
         self.locals.add(name)
         return name
 
-    def symbol(self, name: str, hint: int, source: str, lo: int | None) -> str:
+    def symbol(self, name: str, hint: int, source: str, lo: int | None, mark: Mark | None = None) -> str:
+        """A symbol for one size or int; its range says how dynamic it is (a pinned range: static)."""
         specs = self.specs
         specs.hints[name] = hint
-        static = self.dynamic is False or source.startswith("self")  # module state has static shapes
-        specs.ranges[name] = (hint, hint) if static else (lo, None)
         specs.sources[name] = source
+        if mark is not None and mark.dynamic:
+            specs.marks[name] = mark  # its min, max and multiple_of become guards, not assumed ranges
+            specs.ranges[name] = (lo, None)
+        elif mark is not None or not self._dynamic(source):
+            specs.ranges[name] = (hint, hint)
+        else:
+            specs.ranges[name] = (lo, None)
         return name
+
+    def _dynamic(self, source: str) -> bool:
+        if source.startswith("self"):
+            return False  # module state has static shapes
+        return self.dynamic is True or (self.dynamic is None and source in self.auto_dynamic)
 
     def build(self, path: str, value: Any) -> Any:
         local = self.local(path)
         if isinstance(value, torch.Tensor):
-            syms = []
+            syms, marks = [], marks_of(value)
             for d, size in enumerate(value.shape):
                 name = f"s{self.n_dims}"
                 self.n_dims += 1
-                syms.append(self.symbol(name, int(size), f"{path}.shape[{d}]", 0))
+                syms.append(self.symbol(name, int(size), f"{path}.shape[{d}]", 0, marks.get(d)))
             return TensorSpec(path, local, type(value), value.dtype, value.device, value.requires_grad, tuple(syms))
         if type(value) is int:
             return IntSpec(path, local, self.symbol(local, value, path, None))
@@ -135,13 +149,22 @@ class _Builder:
         return ConstSpec(path, local, value)
 
 
-def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | None) -> InputSpecs:
-    """Specs for one call of `fn`; raises TypeError for a bad call, as calling `fn` would."""
+def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | None,
+                    auto_dynamic: frozenset[str] = frozenset()) -> InputSpecs:  # fmt: skip
+    """Specs for one call of `fn`; raises TypeError for a bad call, as calling `fn` would.
+
+    Args:
+        fn: the compiled function or module.
+        args: the call's positional arguments.
+        kwargs: the call's keyword arguments.
+        dynamic: True, False or None (automatic: sizes and ints in `auto_dynamic` are symbolic).
+        auto_dynamic: sources (e.g. "x.shape[0]", "n") that changed between calls, under `dynamic=None`.
+    """
     check_call(fn, args, kwargs)
     signature = inspect.signature(callable_target(fn))
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
-    builder = _Builder(dynamic)
+    builder = _Builder(dynamic, auto_dynamic)
     builder.specs = specs = InputSpecs(signature, ())
     for p in signature.parameters.values():
         builder.locals.add(p.name)
