@@ -14,14 +14,13 @@ import torch
 from specengine.cache import Cache, CacheEntry
 from specengine.codegen import callable_target, function_name
 from specengine.config import config
-from specengine.errors import RecompileLimitError, RecompileLimitWarning
-from specengine.logs import topic
-from specengine.marks import check_marks, mark_constraints
 from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
 from specengine.constraints.solver import Solution, Solver
-from specengine.errors import SpecEngineError
+from specengine.errors import RecompileLimitError, RecompileLimitWarning, SpecEngineError
 from specengine.executors import Executor, Request, claim_trace, resolve_executors
+from specengine.logs import topic
+from specengine.marks import check_marks, mark_constraints
 from specengine.prologue.build import build_index_key, build_prologue
 from specengine.prologue.codegen import Prologue
 from specengine.prologue.inputs import InputSpecs, describe_inputs

@@ -93,7 +93,7 @@ def check_marks(specs: Any, solution: Any) -> None:
     the mark does not promise. The message suggests the fix, as torch.export suggests Dim fixes."""
     from specengine.errors import ConstraintViolationError
 
-    for s, mark in specs.marks.items():
+    for s in specs.marks:
         src, dim = specs.sources[s], _dim_of(specs.sources[s])
         tensor = src.rsplit(".shape[", 1)[0]
         for g in solution.guards:
