@@ -16,7 +16,7 @@ from specengine.codegen import callable_target, function_name
 from specengine.config import config
 from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
-from specengine.constraints.solver import Solution, Solver
+from specengine.constraints.solver import Solution, Solver, with_float_guards
 from specengine.errors import RecompileLimitError, RecompileLimitWarning, SpecEngineError
 from specengine.executors import Executor, Request, claim_trace, resolve_executors
 from specengine.logs import topic
@@ -115,10 +115,12 @@ class CompiledFunction:
 
     def _compile(self, args: tuple, kwargs: dict) -> tuple[CacheEntry, tuple]:
         reasons = [e.prologue.explain(args, kwargs) or "passed" for e in self._entries]
-        if self._options.dynamic is None and self._entries:
-            self._auto_dynamic |= self._changed_sources(args, kwargs)
+        if self._options.dynamic is None:
+            current = self._source_values(args, kwargs)
+            changed = {src for src, v in current.items() if src in self._seen and self._seen[src] != v}
+            self._auto_dynamic |= changed
+            self._seen = {**current, **self._seen}
         entry = compile_entry(self._fn, args, kwargs, self._options, self._auto_dynamic)
-        self._seen = {**entry.source_values, **self._seen}
         self._cache.add(entry, reasons)
         self._entries = self._cache.entries
         self._last_compiled = entry
@@ -132,11 +134,10 @@ class CompiledFunction:
                                   f"{entry.prologue.explain(args, kwargs)}")  # fmt: skip
         return entry, inputs
 
-    def _changed_sources(self, args: tuple, kwargs: dict) -> frozenset[str]:
-        """Under automatic dynamic: the sizes and ints whose values differ from those compiled before."""
+    def _source_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """Every size, int and float of a call, by source ("x.shape[0]", "n"), for automatic dynamic."""
         specs = describe_inputs(self._fn, args, kwargs, True)
-        current = {specs.sources[s]: v for s, v in specs.hints.items()}
-        return frozenset(src for src, v in current.items() if src in self._seen and self._seen[src] != v)
+        return {specs.sources[s]: v for s, v in specs.hints.items()}
 
     def _limit(self) -> int:
         limit = self._options.recompile_limit
@@ -173,7 +174,8 @@ def _trace_stage(fn: Callable, specs: InputSpecs, options: Options) -> tuple[lis
 
 
 def _solve_stage(decider: Decider, specs: InputSpecs, options: Options) -> Solution:
-    return Solver(decider.constraints, specs.ranges, specs.hints, options.timeout_ms).solve()
+    solution = Solver(decider.constraints, specs.ranges, specs.hints, options.timeout_ms).solve()
+    return with_float_guards(solution, decider.float_constraints)
 
 
 def _record_requests(requests: list[Request], decider: Decider) -> int:
@@ -231,7 +233,6 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     index = build_index_key(function_name(fn), specs, dict(solution.pinned))
     traces_log.info("final computation of %s:\n%s", function_name(fn), traces[-1])
     entry = CacheEntry(prologue, entry_fn, traces, guards, solution, key, index, stats)
-    entry.source_values = {specs.sources[s]: v for s, v in specs.hints.items()}
     entry.prologue_sources = specs.sources.__getitem__
     return entry
 

@@ -36,7 +36,6 @@ class CacheEntry:
     index: tuple[str, tuple, dict] | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     hits: int = 0
-    source_values: dict[str, Any] = field(default_factory=dict)  # "x.shape[0]" -> value it was traced with
     prologue_sources: Callable[[str], str] = str  # symbol -> Python text over the inputs
 
     @property

@@ -221,3 +221,14 @@ def test_strings_are_compared_by_value():
     for mode in ("double", "triple", "double"):
         run_both(f, cfn, [torch.randn(3), mode])
     assert counts(cfn) == (2, 1)
+
+
+def test_floats_follow_automatic_dynamic():
+    def f(x, s):
+        return x * s if s > 0 else x
+
+    cfn = specengine.compile(f)
+    for s in (1.5, 1.5, 2.0, 2.5, -1.0):
+        run_both(f, cfn, [torch.randn(3), s])
+    assert counts(cfn) == (3, 2)  # static 1.5; then s symbolic with guard s > 0; then s <= 0
+    assert guards(cfn) == ["x.shape[0] == 3", "s <= 0"]

@@ -57,7 +57,7 @@ def test_python_constants_are_guarded_by_value():
         y = x * scale if mode == "mul" else x + scale
         return y if flag and nothing is None else -y
 
-    cfn = specengine.compile(f, dynamic=True)
+    cfn = specengine.compile(f, dynamic=False)  # floats are constants here; see the next test for dynamic=True
     x = torch.randn(3)
     calls = [
         [x, 0.5, "mul", True, None],
@@ -73,6 +73,32 @@ def test_python_constants_are_guarded_by_value():
     reasons = specengine.recompile_reasons(cfn)
     assert reasons[0] == "scale == 0.5 failed: scale = 1.5"
     assert reasons[1].startswith("mode == 'mul' failed: mode = 'add'")
+
+
+def test_floats_are_symbolic_under_dynamic_true_with_predicate_guards():
+    # Thunder's scenario: its "symbolic values" cache returns wrong results here; two entries are needed.
+    def f(x, s):
+        return x * 2 if s > 0 else x * s
+
+    cfn = specengine.compile(f, dynamic=True)
+    for s in (1.5, 2.0, 1.5, -0.3):
+        run_both(f, cfn, [torch.randn(3), s])
+    assert counts(cfn) == (2, 2)
+    assert guards(cfn) == ["s <= 0"]
+    assert "torch.mul(x, s)" in str(specengine.last_traces(cfn)[-1])  # s is an input of the computation
+    run_both(f, cfn, [torch.randn(3), 2])  # an int where a float was traced: an entry of its own
+    assert counts(cfn) == (3, 2)
+
+
+def test_float_arithmetic_is_computed_at_run_time():
+    def f(x, s):
+        return x * (s * 2 + x.shape[0]) + s / 3
+
+    cfn = specengine.compile(f, dynamic=True)
+    for s, n in ((1.5, 3), (-2.25, 5), (0.0, 0)):
+        run_both(f, cfn, [torch.randn(n), s])
+    assert counts(cfn) == (1, 2)
+    assert guards(cfn) == []
 
 
 def test_pytree_inputs_lists_tuples_dicts():

@@ -8,6 +8,7 @@ decision is recorded as a constraint with its provenance.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import z3
 
@@ -31,6 +32,7 @@ class Decider:
         self.hints = hints
         self.ranges = ranges
         self.constraints: list[Constraint] = []
+        self.float_constraints: list[Constraint] = []  # predicates on symbolic floats (kept as recorded)
         self.z3_calls = 0
         self.z3_seconds = 0.0
         self.z3_max_seconds = 0.0
@@ -47,6 +49,14 @@ class Decider:
         if self.implied(b, value):
             return value
         self.record(b if value else E.not_(b), provenance)
+        return value
+
+    def decide_float(self, b: Any, provenance: Provenance) -> bool:
+        """Decide a predicate on symbolic floats by its hint, recording it unless it was recorded before."""
+        value = bool(b.eval(self.hints))
+        fact = b if value else b.negate()
+        if all(c.expr != fact for c in self.float_constraints):
+            self.float_constraints.append(Constraint(fact, provenance))
         return value
 
     def pin(self, e: E.Expr, provenance: Provenance) -> int:

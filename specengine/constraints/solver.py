@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping
 
 import z3
 
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
+from specengine.constraints.floats import FloatExpr
 from specengine.constraints.decide import Ranges, linear_equality, range_facts, symbol_difference
 from specengine.constraints.intervals import decide_by_bounds
 from specengine.constraints.z3expr import to_z3
@@ -58,6 +59,8 @@ class Solution:
 
     def fold(self, e: E.Expr) -> E.Expr:
         """`e` over representatives, with pinned symbols and pinned expressions replaced by constants."""
+        if isinstance(e, FloatExpr):
+            return e.subs(self.substitution())
         out = self._memo.get(e)
         if out is None:
             sub = self._memo.get("substitution")
@@ -65,7 +68,8 @@ class Solution:
                 sub = self._memo["substitution"] = self.substitution()
             facts = self._memo.get("facts")
             if facts is None:
-                facts = self._memo["facts"] = frozenset(E.normalize(g.expr.subs(sub)) for g in self.guards)
+                int_guards = [g for g in self.guards if not isinstance(g.expr, FloatExpr)]
+                facts = self._memo["facts"] = frozenset(E.normalize(g.expr.subs(sub)) for g in int_guards)
             out = E.fold_conditions(E.fold_pinned(e.subs(sub), self.expr_pins), facts)
             self._memo[e] = out
         return out
@@ -285,12 +289,24 @@ def implies(facts: Iterable[E.Expr], goal: E.Expr, ranges: Ranges, timeout_ms: i
     env: dict = {}
     solver = z3.Solver()
     solver.set("timeout", timeout_ms)
-    solver.add(*range_facts(ranges, env), *(to_z3(f, env) for f in facts))
-    solver.add(z3.Not(to_z3(goal, env)))
     try:
+        solver.add(*range_facts(ranges, env), *(_z3_any(f, env) for f in facts))
+        solver.add(z3.Not(_z3_any(goal, env)))
         return solver.check() == z3.unsat
     except z3.Z3Exception:
         return False
+
+
+def _z3_any(e: Any, env: dict) -> Any:
+    return e.to_z3(env) if isinstance(e, FloatExpr) else to_z3(e, env)
+
+
+def with_float_guards(solution: Solution, constraints: list[Constraint]) -> Solution:
+    """`solution` plus guards on symbolic floats (each a predicate recorded while tracing)."""
+    if not constraints:
+        return solution
+    return replace(solution, guards=solution.guards + tuple(constraints),
+                   key=solution.key | frozenset(c.expr for c in constraints))  # fmt: skip
 
 
 def subsumes(new: Solution, old: Solution, timeout_ms: int = 2000) -> bool:
@@ -303,5 +319,4 @@ def subsumes(new: Solution, old: Solution, timeout_ms: int = 2000) -> bool:
     if any(old.pinned.get(s) != v for s, v in new.pinned.items()):
         return False  # old leaves free (or pins elsewhere) a symbol that new pins
     ranges = {s: r for s, r in old.ranges.items() if r[0] != r[1]}
-    goal = E.and_(*(g.expr for g in new.guards))
-    return implies((g.expr for g in old.guards), goal, ranges, timeout_ms)
+    return all(implies([g.expr for g in old.guards], g.expr, ranges, timeout_ms) for g in new.guards)

@@ -32,8 +32,8 @@ from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, valu
 
 def _operand(x: Any) -> Any:
     """Numbers enter prims as int Exprs (symbolic) or Python scalars; tensors as they are."""
-    if isinstance(x, NumberProxy):  # a float is pinned (a guard), never read from its hint
-        return x.expr if x.python_type in (int, bool) else float(x)
+    if isinstance(x, NumberProxy):  # symbolic: an int Expr or a FloatExpr, computed from the prologue's symbols
+        return x.expr
     if isinstance(x, torch.Tensor):
         raise unsupported("a tensor closed over from outside", "pass the tensor as an argument (issue 4)")
     return x

@@ -8,9 +8,10 @@ import torch
 
 from specengine.codegen import signature_source
 from specengine.constraints import expr as E
+from specengine.constraints.floats import FloatExpr
 from specengine.constraints.solver import Solution
 from specengine.prologue.codegen import Check, Guard, Prologue
-from specengine.prologue.inputs import ConstSpec, DictSpec, InputSpecs, IntSpec, SeqSpec, TensorSpec
+from specengine.prologue.inputs import ConstSpec, DictSpec, FloatSpec, InputSpecs, IntSpec, SeqSpec, TensorSpec
 
 
 class _Steps:
@@ -48,6 +49,8 @@ def _unpack(st: _Steps, spec: Any, needed: set[str], pinned: dict[str, int]) -> 
         _tensor_checks(st, spec)
     elif isinstance(spec, IntSpec):
         _type_check(st, spec, int)
+    elif isinstance(spec, FloatSpec):
+        _type_check(st, spec, float)
     elif isinstance(spec, ConstSpec):
         _const_check(st, spec)
     elif isinstance(spec, SeqSpec):
@@ -156,7 +159,8 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
     guards = [Guard(g, g.expr.to_python(src)) for g in solution.guards]
     for g in unpinned:
         values = tuple((src(s), s) for s in sorted(g.expr.free_symbols(), key=lambda s: E.sym(s).sort_key))
-        st.check(E.not_(g.expr).to_python(), g.expr.to_python(src), *values, provenance=str(g.provenance))
+        fail = g.expr.negate() if isinstance(g.expr, FloatExpr) else E.not_(g.expr)
+        st.check(fail.to_python(), g.expr.to_python(src), *values, provenance=str(g.provenance))
     grad = st.name(torch.is_grad_enabled, "is_grad_enabled")
     st.check(f"{'not ' if grad_enabled else ''}{grad}()", f"torch.is_grad_enabled() is {grad_enabled}",
              ("torch.is_grad_enabled()", f"{grad}()"))  # fmt: skip

@@ -39,6 +39,13 @@ class IntSpec:
 
 
 @dataclass(frozen=True)
+class FloatSpec:
+    path: str
+    local: str
+    symbol: str
+
+
+@dataclass(frozen=True)
 class ConstSpec:
     path: str
     local: str
@@ -75,11 +82,11 @@ class InputSpecs:
     sources: dict[str, str] = field(default_factory=dict)  # symbol -> Python text over input names
 
     def leaves(self) -> list:
-        """Tensor and int specs, depth first (the order of the traced function's parameters)."""
+        """Tensor, int and symbolic float specs, depth first (the order of the traced function's parameters)."""
         out: list = []
 
         def visit(spec: Any) -> None:
-            if isinstance(spec, (TensorSpec, IntSpec)):
+            if isinstance(spec, (TensorSpec, IntSpec, FloatSpec)):
                 out.append(spec)
             for child in getattr(spec, "children", ()):
                 visit(child)
@@ -140,6 +147,9 @@ class _Builder:
             return TensorSpec(path, local, type(value), value.dtype, value.device, value.requires_grad, tuple(syms))
         if type(value) is int:
             return IntSpec(path, local, self.symbol(local, value, path, None))
+        if type(value) is float and self._dynamic(path):
+            self.specs.hints[local], self.specs.sources[local] = value, path
+            return FloatSpec(path, local, local)
         if type(value) in (list, tuple):
             children = tuple(self.build(f"{path}[{i}]", v) for i, v in enumerate(value))
             return SeqSpec(path, local, type(value), children)

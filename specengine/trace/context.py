@@ -9,6 +9,7 @@ from typing import Any, Iterator
 
 from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
+from specengine.constraints.floats import FloatExpr
 from specengine.provenance import user_frame
 
 
@@ -61,6 +62,8 @@ class TraceState:
 
     def decide(self, b: E.Expr, op: str, reason: str) -> bool:
         """Decide a comparison on symbols, recording a constraint unless it is implied."""
+        if isinstance(b, FloatExpr):
+            return self.decider.decide_float(b, user_frame(op, reason))
         if b.op == "bconst":
             return b.value
         return self.decider.decide(b, user_frame(op, reason))

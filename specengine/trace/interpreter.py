@@ -10,7 +10,8 @@ import torch
 
 from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
-from specengine.prologue.inputs import ConstSpec, DictSpec, InputSpecs, IntSpec, SeqSpec, TensorSpec
+from specengine.constraints.floats import FloatExpr
+from specengine.prologue.inputs import ConstSpec, DictSpec, FloatSpec, InputSpecs, IntSpec, SeqSpec, TensorSpec
 from specengine.trace.context import NameGen, TraceState, tracing
 from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
 from specengine.trace.symbol import tree_leaves
@@ -23,6 +24,8 @@ def _proxy(spec: Any, names: NameGen, hints: dict[str, int]) -> Any:
         return TensorProxy(names.reserve(spec.local), dims, spec.dtype, spec.device, spec.requires_grad)
     if isinstance(spec, IntSpec):
         return NumberProxy(names.reserve(spec.symbol), E.sym(spec.symbol), hints[spec.symbol], int)
+    if isinstance(spec, FloatSpec):
+        return NumberProxy(names.reserve(spec.symbol), FloatExpr("sym", (spec.symbol,)), hints[spec.symbol], float)
     if isinstance(spec, SeqSpec):
         return spec.type(_proxy(c, names, hints) for c in spec.children)
     if isinstance(spec, DictSpec):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from specengine.constraints import expr as E
+from specengine.constraints.floats import FloatExpr
 from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy
 from specengine.trace.symbol import BoundSymbol, tree_leaves, tree_map
 from specengine.trace.trace import Trace
@@ -15,7 +16,9 @@ def _names_used(value: Any) -> set[str]:
     for x in tree_leaves(value):
         if isinstance(x, Proxy):
             names.add(x.name)
-        elif isinstance(x, E.Expr):
+            if isinstance(x, NumberProxy):
+                names.update(x.expr.free_symbols())
+        elif isinstance(x, (E.Expr, FloatExpr)):
             names.update(x.free_symbols())
     return names
 
@@ -101,11 +104,10 @@ def specialize(trace: Trace, fold: Callable[[E.Expr], E.Expr], hints: Mapping[st
 
     def fn(x: Any) -> Any:
         if isinstance(x, NumberProxy):
-            e = fold(x.expr)
-            return e.value if e.is_const else e
-        if isinstance(x, E.Expr):
+            x = x.expr
+        if isinstance(x, (E.Expr, FloatExpr)):
             e = fold(x)
-            return e.value if e.is_const else e
+            return e.args[0] if isinstance(e, FloatExpr) and e.is_const else e.value if e.is_const else e
         if isinstance(x, TensorProxy):
             new = tensors.get(id(x))
             if new is None:
@@ -122,7 +124,7 @@ def specialize(trace: Trace, fold: Callable[[E.Expr], E.Expr], hints: Mapping[st
     output = tree_map(fn, trace.output)
     tensor_params = tuple(fn(p) for p in trace.params if isinstance(p, TensorProxy))
     symbols = sorted(_free_symbols(bsyms, output), key=lambda s: E.sym(s).sort_key)
-    params = tensor_params + tuple(NumberProxy(s, E.sym(s), hints[s], int) for s in symbols)
+    params = tensor_params + tuple(NumberProxy(s, E.sym(s), hints[s], type(hints[s])) for s in symbols)
     return trace.with_("Specialization to the solved constraints", bsyms=bsyms, output=output, params=params)
 
 
@@ -130,7 +132,7 @@ def _free_symbols(bsyms: tuple[BoundSymbol, ...], output: Any) -> set[str]:
     """Symbols that the bound symbols (decompositions included) and the output refer to."""
     names: set[str] = set()
     for x in tree_leaves(([b.args for b in bsyms], [b.kwargs for b in bsyms], output)):
-        if isinstance(x, E.Expr):
+        if isinstance(x, (E.Expr, FloatExpr)):
             names.update(x.free_symbols())
     for b in bsyms:
         names |= _free_symbols(b.subsymbols, None)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 
 from specengine.constraints import expr as E
+from specengine.constraints import floats
 from specengine.errors import UnsupportedOpError
 from specengine.provenance import user_frame
 from specengine.trace import context
@@ -151,7 +152,10 @@ class NumberProxy(Proxy):
         return f"{self.python_type.__name__} {self.expr}"
 
     def __bool__(self) -> bool:
-        b = self.expr if self.expr.is_bool else E.ne(self.expr, 0)
+        if self.python_type is float:
+            b = self.expr if self.expr.is_bool else floats.binary("!=", self.expr, 0.0)
+        else:
+            b = self.expr if self.expr.is_bool else E.ne(self.expr, 0)
         return context.require().decide(b, "bool", "branch")
 
     def __index__(self) -> int:
@@ -163,17 +167,46 @@ class NumberProxy(Proxy):
     def __float__(self) -> float:
         return float(self._pin("float", "float() needs a concrete value"))
 
-    def _pin(self, op: str, reason: str) -> int:
+    def __round__(self, ndigits: int | None = None) -> Any:
+        return round(self._pin("round", "round() needs a concrete value"), ndigits)
+
+    def _pin(self, op: str, reason: str) -> Any:
         if self.expr.is_bool:
             return int(context.require().decide(self.expr, op, reason))
+        if self.python_type is float:
+            context.require().decide(floats.binary("==", self.expr, self.hint), op, reason)
+            return self.hint
         return context.require().pin(self.expr, op, reason)
 
     def __repr__(self) -> str:
         return f"<NumberProxy {self.name}: {self.type_string()}>"
 
 
+_FLOAT_OPS = {"sym_add": "+", "sym_sub": "-", "sym_mul": "*", "sym_eq": "==", "sym_ne": "!=", "sym_lt": "<",
+              "sym_le": "<=", "sym_gt": ">", "sym_ge": ">="}  # fmt: skip
+
+
+def _is_float(x: Any) -> bool:
+    return isinstance(x, NumberProxy) and x.python_type is float
+
+
+def float_result(op: str, a: Any, b: Any) -> Any:
+    """`a op b` where one side is a symbolic float: a float (or bool) NumberProxy over a FloatExpr."""
+    r = floats.binary(op, a.expr if isinstance(a, NumberProxy) else a, b.expr if isinstance(b, NumberProxy) else b)
+    if r.is_const:
+        return r.args[0]
+    state = context.require()
+    hint = r.eval(state.decider.hints)
+    return NumberProxy(state.names.fresh("f"), r, hint, bool if r.is_bool else float)
+
+
 def _number_binary(prim_name: str, py_op: Callable, reflected: bool = False) -> Callable:
     def method(self: NumberProxy, other: Any) -> Any:
+        if (_is_float(self) or _is_float(other)) and isinstance(other, (int, float, NumberProxy)):
+            a, b = (other, self) if reflected else (self, other)
+            if prim_name in _FLOAT_OPS:
+                return float_result(_FLOAT_OPS[prim_name], a, b)
+            return py_op(_concrete(a), _concrete(b))
         if isinstance(other, NumberProxy) or type(other) in (int, bool):
             a, b = (other, self) if reflected else (self, other)
             return getattr(_prims(), prim_name)(a, b)
@@ -200,11 +233,15 @@ def _install_number_ops() -> None:
     def truediv(a: Any, b: Any) -> Any:
         if not isinstance(a, (int, float, NumberProxy)) or not isinstance(b, (int, float, NumberProxy)):
             return NotImplemented
+        if _is_float(a) or _is_float(b):
+            return float_result("/", a, b)
         return float(_concrete(a)) / float(_concrete(b))
 
     def power(a: Any, b: Any) -> Any:
         if not isinstance(b, (int, float, NumberProxy)) or not isinstance(a, (int, float, NumberProxy)):
             return NotImplemented
+        if _is_float(a) or _is_float(b):
+            return float_result("**", a, b)
         if type(b) is int and b >= 0 and isinstance(a, NumberProxy) and a.python_type is int:
             return math.prod([a] * b, start=1)
         return _concrete(a) ** _concrete(b)
@@ -213,9 +250,9 @@ def _install_number_ops() -> None:
     NumberProxy.__rtruediv__ = lambda self, other: truediv(other, self)
     NumberProxy.__pow__ = lambda self, other: power(self, other)
     NumberProxy.__rpow__ = lambda self, other: power(other, self)
-    NumberProxy.__neg__ = lambda self: _prims().sym_neg(self)
+    NumberProxy.__neg__ = lambda self: float_result("*", self, -1.0) if _is_float(self) else _prims().sym_neg(self)
     NumberProxy.__pos__ = lambda self: self
-    NumberProxy.__abs__ = lambda self: _prims().sym_abs(self)
+    NumberProxy.__abs__ = lambda self: abs(_concrete(self)) if _is_float(self) else _prims().sym_abs(self)
 
 
 _install_number_ops()
@@ -223,7 +260,9 @@ _install_number_ops()
 
 def _concrete(x: Any) -> Any:
     """A Python number for `x`; a NumberProxy is pinned (an equality constraint is recorded)."""
-    return int(x) if isinstance(x, NumberProxy) else x
+    if isinstance(x, NumberProxy):
+        return float(x) if x.python_type is float else int(x)
+    return x
 
 
 def value_expr(x: Any) -> E.Expr:

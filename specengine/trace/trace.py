@@ -11,6 +11,7 @@ import torch
 
 from specengine.codegen import exec_source
 from specengine.constraints.expr import Expr
+from specengine.constraints.floats import FloatExpr
 from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy
 from specengine.trace.symbol import BoundSymbol, tree_leaves
 
@@ -71,10 +72,12 @@ class Trace:
 def format_value(x: Any) -> str:
     """Python source for an argument value."""
     if isinstance(x, NumberProxy):
+        if isinstance(x.expr, FloatExpr):
+            return x.expr.to_python()  # float arithmetic is not recorded as ops: print the expression
         return repr(x.expr.value) if x.expr.is_const else x.name
     if isinstance(x, Proxy):
         return x.name
-    if isinstance(x, Expr):
+    if isinstance(x, (Expr, FloatExpr)):
         return x.to_python()
     if isinstance(x, (torch.dtype, torch.memory_format, torch.layout)):
         return str(x)
@@ -157,5 +160,6 @@ def _used_names(trace: Trace) -> set[str]:
     used = {format_value(x) for x in tree_leaves(trace.output) if isinstance(x, Proxy)}
     for bsym in trace.bsyms:
         used.update(x.name for x in bsym.flat_args() if isinstance(x, Proxy))
-        used.update(s for x in bsym.flat_args() if isinstance(x, Expr) for s in x.free_symbols())
+        used.update(s for x in bsym.flat_args() if isinstance(x, (Expr, FloatExpr)) for s in x.free_symbols())
+        used.update(s for x in bsym.flat_args() if isinstance(x, NumberProxy) for s in x.expr.free_symbols())
     return used
