@@ -17,8 +17,8 @@ import z3
 
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
-from specengine.constraints.floats import FloatExpr
 from specengine.constraints.decide import Ranges, linear_equality, range_facts, symbol_difference
+from specengine.constraints.floats import FloatExpr
 from specengine.constraints.intervals import decide_by_bounds
 from specengine.constraints.z3expr import to_z3
 from specengine.errors import SolverWarning

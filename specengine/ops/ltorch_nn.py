@@ -1,5 +1,612 @@
-"""Neural-network ops: embedding, norms, dropout, scaled_dot_product_attention, losses."""
+"""Neural-network ops: embedding, norms, dropout, scaled_dot_product_attention, losses; data-dependent ops.
+
+Decompositions compute in the op's opmath dtype (float32 for float16 and bfloat16), as the CPU kernels do.
+Sizes that may be 0 need no decision: maxima use `prims.nn_amax_init` (the max of nothing is -inf) and means
+divide by symbolic counts (0 / 0 is eager's nan).
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn import _reduction as reduction_enum
+
+from specengine.constraints import expr as E
+from specengine.ops import prims
+from specengine.ops.registry import torchop
+from specengine.ops.utils import broadcast_shapes, convert, decide, expand_to, fmt_shape, hint, meta_value
+from specengine.trace.proxies import TensorProxy, unsupported, value_expr
+
+__all__ = [
+    "embedding", "torch_embedding", "layer_norm", "rms_norm", "group_norm", "torch_group_norm", "dropout",
+    "torch_dropout", "scaled_dot_product_attention", "cross_entropy", "mse_loss", "nonzero", "argwhere", "unique",
+    "masked_select",
+]  # fmt: skip
+
+NEG_INF = float("-inf")
+
+
+def _ltorch() -> Any:
+    from specengine.ops import ltorch
+
+    return ltorch
+
+
+# Prims.
+
+
+def _amax_init_impl(a: torch.Tensor, dims: tuple, init: float) -> torch.Tensor:
+    if all(a.shape[d] for d in dims):
+        return torch.amax(a, dims).clamp_min(init)
+    return torch.full([s for i, s in enumerate(a.shape) if i not in dims], init, dtype=a.dtype, device=a.device)
+
+
+@prims.prim("nn_amax_init", impl=_amax_init_impl, tags=("reduction",))
+def nn_amax_init(a: TensorProxy, dims: tuple, init: float) -> TensorProxy:
+    """The max over `dims` of `a` and `init`: reducing an empty dim gives `init`."""
+    return prims.new_tensor(tuple(d for i, d in enumerate(a.dims) if i not in dims), a.dtype, [a])
+
+
+@prims.prim("nn_gather", impl=torch.gather, tags=("indexing",))
+def nn_gather(a: TensorProxy, dim: int, index: TensorProxy) -> TensorProxy:
+    """torch.gather: out[..., i, ...] = a[..., index[..., i, ...], ...] along `dim` (int64 indices)."""
+    return prims.new_tensor(index.dims, a.dtype, [a])
+
+
+def _bernoulli_impl(shape: tuple, p: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device=device).bernoulli_(p)
+
+
+@prims.prim("nn_bernoulli", impl=_bernoulli_impl, tags=("random",), pure=False)
+def nn_bernoulli(shape: tuple, p: float, dtype: torch.dtype, device: torch.device) -> TensorProxy:
+    """Ones with probability `p`, else zeros; draws from torch's generator exactly as eager dropout does."""
+    return prims.new_tensor(shape, dtype, [], device)
+
+
+def _causal_mask_impl(rows: int, cols: int, device: torch.device) -> torch.Tensor:
+    return torch.ones(rows, cols, dtype=torch.bool, device=device).tril()
+
+
+@prims.prim("nn_causal_mask", impl=_causal_mask_impl)
+def nn_causal_mask(rows: Any, cols: Any, device: torch.device) -> TensorProxy:
+    """A bool (rows, cols) mask, True where col <= row (top-left aligned)."""
+    return prims.new_tensor((rows, cols), torch.bool, [], device)
+
+
+# Helpers.
+
+
+def _opmath(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    """torch's scalar type name, e.g. Float, Long, BFloat16."""
+    return torch.empty(0, dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor")
+
+
+def _no_outside_tensors(*xs: Any) -> None:
+    if any(isinstance(x, torch.Tensor) for x in xs):
+        raise unsupported("a tensor closed over from outside", "pass the tensor as an argument")
+
+
+def _numel(dims: tuple) -> E.Expr:
+    return math.prod(dims, start=E.const(1))
+
+
+def _same_dims(a: tuple, b: tuple, op: str, reason: str) -> bool:
+    if len(a) != len(b):
+        return False
+    return not a or decide(E.and_(*(E.eq(x, y) for x, y in zip(a, b))), op, reason)
+
+
+def _expand_reduced(t: TensorProxy, dims: tuple, reduced: tuple) -> TensorProxy:
+    """A reduction's result broadcast back over the reduced dims."""
+    return prims.broadcast_in_dim(t, tuple(dims), tuple(i for i in range(len(dims)) if i not in reduced))
+
+
+def _check_floating(x: TensorProxy, kernel: str) -> None:
+    if not x.dtype.is_floating_point:
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{_type_name(x.dtype)}'")
+
+
+def _log_softmax(x: TensorProxy, dim: int) -> TensorProxy:
+    up = convert(x, _opmath(x.dtype))
+    shifted = prims.sub(up, _expand_reduced(nn_amax_init(up, (dim,), NEG_INF), up.dims, (dim,)))
+    lse = prims.log(prims.sum(prims.exp(shifted), (dim,)))
+    return convert(prims.sub(shifted, _expand_reduced(lse, up.dims, (dim,))), x.dtype)
+
+
+def _safe_softmax(s: TensorProxy) -> TensorProxy:
+    """Softmax over the last dim; rows with no finite score (fully masked or empty) are 0, as in eager sdpa."""
+    last = (s.ndim - 1,)
+    m = nn_amax_init(s, last, NEG_INF)
+    dead = prims.eq(m, NEG_INF)
+    e = prims.exp(prims.sub(s, _expand_reduced(prims.where(dead, 0.0, m), s.dims, last)))
+    p = prims.div(e, _expand_reduced(prims.sum(e, last), s.dims, last))
+    return prims.where(_expand_reduced(dead, s.dims, last), 0.0, p)
+
+
+# Embedding.
+
+
+def _embed(indices: TensorProxy, weight: TensorProxy) -> TensorProxy:
+    if weight.ndim != 2:
+        raise RuntimeError("'weight' must be 2-D")
+    if indices.dtype not in (torch.int64, torch.int32):
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got {torch.empty(0, dtype=indices.dtype).type()} instead (while checking "
+                           "arguments for embedding)")  # fmt: skip
+    k = _numel(indices.dims)
+    flat = prims.reshape(convert(indices, torch.int64), (k,))
+    rows = nn_gather(weight, 0, prims.broadcast_in_dim(flat, (k, weight.dims[1]), (0,)))
+    return prims.reshape(rows, indices.dims + (weight.dims[1],))
+
+
+@torchop(F.embedding, name="embedding")
+def embedding(input: TensorProxy, weight: TensorProxy, padding_idx: Any = None, max_norm: Any = None,
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> TensorProxy:  # fmt: skip
+    _no_outside_tensors(input, weight)
+    if padding_idx is not None and weight.ndim:
+        p, n = value_expr(padding_idx), weight.dims[0]
+        if decide(E.gt(p, 0), "embedding", "is padding_idx positive"):
+            ok = E.lt(p, n)
+        else:
+            ok = E.ge(p, E.neg(n)) if decide(E.lt(p, 0), "embedding", "is padding_idx negative") else E.TRUE
+        if not decide(ok, "embedding", "padding_idx within num_embeddings"):
+            raise AssertionError("Padding_idx must be within num_embeddings")
+    if max_norm is not None:
+        raise unsupported("embedding(max_norm=...)", "max_norm renormalizes the weight in place; renormalize it "
+                          "outside the compiled function")  # fmt: skip
+    return _embed(input, weight)
+
+
+@torchop(torch.embedding, name="torch_embedding")
+def torch_embedding(weight: TensorProxy, indices: TensorProxy, padding_idx: int = -1,
+                    scale_grad_by_freq: bool = False, sparse: bool = False) -> TensorProxy:  # fmt: skip
+    _no_outside_tensors(weight, indices)
+    return _embed(indices, weight)
+
+
+# Normalization.
+
+
+def _shape_exprs(shape: Any, op: str) -> tuple:
+    if not isinstance(shape, (tuple, list, torch.Size)):
+        raise TypeError(f"{op}(): argument 'normalized_shape' (position 2) must be tuple of ints, not "
+                        f"{type(shape).__name__}")  # fmt: skip
+    return tuple(value_expr(s) for s in shape)
+
+
+def _check_normalized_shape(x: TensorProxy, ns: tuple, params: dict, op: str) -> None:
+    if not ns:
+        raise RuntimeError("Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one "
+                           "element, but got normalized_shape = []")  # fmt: skip
+    for name, p in params.items():
+        if p is not None and not _same_dims(p.dims, ns, op, f"{name} has the normalized shape"):
+            raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but got {name} of shape "
+                               f"{fmt_shape(p.dims)} and normalized_shape = {fmt_shape(ns)}")  # fmt: skip
+    k = len(ns)
+    if x.ndim < k or not _same_dims(x.dims[x.ndim - k :], ns, op, "input ends with the normalized shape"):
+        star = "*, " if op == "layer_norm" else "*"
+        raise RuntimeError(f"Given normalized_shape={fmt_shape(ns)}, expected input with shape [{star}"
+                           f"{fmt_shape(ns)[1:]}, but got input of size{fmt_shape(x.dims)}")  # fmt: skip
+
+
+def _check_params_dtype(x: TensorProxy, params: tuple) -> None:
+    """The CPU kernels' rules: parameters share the input's dtype, or are float32 for a float16/bfloat16 input."""
+    params = [p for p in params if p is not None]
+    if x.device.type != "cpu" or not params:
+        return
+    if params[0].dtype != x.dtype:
+        if any(p.dtype != torch.float32 for p in params):
+            raise RuntimeError("mixed dtype (CPU): expect parameter to have scalar type of Float")
+        if x.dtype not in (torch.float16, torch.bfloat16):
+            raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
+        return
+    for p in params:
+        if p.dtype != x.dtype:
+            raise RuntimeError(f"expected scalar type {_type_name(x.dtype)} but found {_type_name(p.dtype)}")
+
+
+def _normalize(x: TensorProxy, reduced: tuple, eps: float) -> TensorProxy:
+    """(x - mean) / sqrt(var + eps) over `reduced`, with the biased variance."""
+    n = _numel(tuple(x.dims[i] for i in reduced))
+    xc = prims.sub(x, _expand_reduced(prims.div(prims.sum(x, reduced), n), x.dims, reduced))
+    var = prims.div(prims.sum(prims.mul(xc, xc), reduced), n)
+    return prims.mul(xc, _expand_reduced(prims.pow(prims.add(var, eps), -0.5), x.dims, reduced))
+
+
+def _affine(y: TensorProxy, weight: Any, bias: Any, at: tuple) -> TensorProxy:
+    if weight is not None:
+        y = prims.mul(y, prims.broadcast_in_dim(convert(weight, y.dtype), y.dims, at))
+    if bias is not None:
+        y = prims.add(y, prims.broadcast_in_dim(convert(bias, y.dtype), y.dims, at))
+    return y
+
+
+@torchop(F.layer_norm, torch.layer_norm, name="layer_norm", impl=torch.layer_norm)
+def layer_norm(input: TensorProxy, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5,
+               cudnn_enable: bool = True) -> TensorProxy:  # fmt: skip
+    _no_outside_tensors(input, weight, bias)
+    ns = _shape_exprs(normalized_shape, "layer_norm")
+    _check_normalized_shape(input, ns, {"weight": weight, "bias": bias}, "layer_norm")
+    _check_params_dtype(input, (weight, bias))
+    _check_floating(input, "LayerNormKernelImpl")
+    dims = tuple(range(input.ndim - len(ns), input.ndim))
+    y = _normalize(convert(input, _opmath(input.dtype)), dims, eps)
+    return convert(_affine(y, weight, bias, dims), input.dtype)
+
+
+@torchop(F.rms_norm, torch.rms_norm, name="rms_norm")
+def rms_norm(input: TensorProxy, normalized_shape: Any, weight: Any = None, eps: float | None = None) -> TensorProxy:
+    """torch's composite: x * rsqrt(mean(x^2) + eps) in opmath, cast back, then times the weight, cast back."""
+    _no_outside_tensors(input, weight)
+    ns = _shape_exprs(normalized_shape, "rms_norm")
+    _check_normalized_shape(input, ns, {"weight": weight}, "rms_norm")
+    _check_floating(input, "rms_norm")
+    up = _opmath(input.dtype)
+    eps = torch.finfo(up).eps if eps is None else eps
+    x, dims = convert(input, up), tuple(range(input.ndim - len(ns), input.ndim))
+    ms = prims.div(prims.sum(prims.mul(x, x), dims), _numel(tuple(input.dims[i] for i in dims)))
+    y = convert(prims.mul(x, _expand_reduced(prims.pow(prims.add(ms, eps), -0.5), x.dims, dims)), input.dtype)
+    return y if weight is None else convert(_ltorch().mul(y, weight), input.dtype)
+
+
+def _verify_batch_size(x: TensorProxy, g: E.Expr) -> None:
+    """F.group_norm's `_verify_batch_size([N * C // G, G, *spatial])`."""
+    if not decide(E.ne(g, 0), "group_norm", "num_groups must be non-zero"):
+        raise ZeroDivisionError("integer division or modulo by zero")
+    size = [E.floordiv(E.mul(x.dims[0], x.dims[1]), g), g, *x.dims[2:]]
+    if decide(E.eq(E.mul(size[0], _numel(x.dims[2:])), 1), "group_norm", "more than 1 value per channel"):
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {fmt_shape(size)}")
+
+
+def _group_norm(input: TensorProxy, num_groups: Any, weight: Any, bias: Any, eps: float, verify: bool) -> TensorProxy:
+    _no_outside_tensors(input, weight, bias)
+    if input.ndim < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {input.ndim}")
+    g, c = value_expr(num_groups), input.dims[1]
+    if verify:
+        _verify_batch_size(input, g)
+    if not decide(E.gt(g, 0), "group_norm", "num_groups must be positive"):
+        raise RuntimeError(f"Expected num groups to be greater than 0, got {hint(g)}")
+    if not decide(E.eq(E.mod(c, g), 0), "group_norm", "num_groups must divide the channels"):
+        raise RuntimeError("Expected number of channels in input to be divisible by num_groups, but got input of "
+                           f"shape {fmt_shape(input.dims)} and num_groups={hint(g)}")  # fmt: skip
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and not (p.ndim == 1 and decide(E.eq(p.dims[0], c), "group_norm", f"{name} size is C")):
+            raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of channels in input, but "
+                               f"got {name} of shape {fmt_shape(p.dims)} and input of shape {fmt_shape(input.dims)}")
+    _check_params_dtype(input, (weight, bias))
+    _check_floating(input, "GroupNormKernelImpl")
+    x = convert(input, _opmath(input.dtype))
+    grouped = prims.reshape(x, (input.dims[0], g, E.mul(E.floordiv(c, g), _numel(input.dims[2:]))))
+    y = prims.reshape(_normalize(grouped, (2,), eps), input.dims)
+    return convert(_affine(y, weight, bias, (1,)), input.dtype)
+
+
+@torchop(F.group_norm, name="group_norm")
+def group_norm(input: TensorProxy, num_groups: Any, weight: Any = None, bias: Any = None,
+               eps: float = 1e-5) -> TensorProxy:  # fmt: skip
+    return _group_norm(input, num_groups, weight, bias, eps, verify=True)
+
+
+@torchop(torch.group_norm, name="torch_group_norm")
+def torch_group_norm(input: TensorProxy, num_groups: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5,
+                     cudnn_enabled: bool = True) -> TensorProxy:  # fmt: skip
+    return _group_norm(input, num_groups, weight, bias, eps, verify=False)
+
+
+# Dropout: impure (random), so passes never merge or drop two of them.
+
+
+def _dropout(a: TensorProxy, p: float, train: bool) -> TensorProxy:
+    """ATen's `_dropout_impl`: x * (bernoulli(1 - p) / (1 - p)); an identity when p == 0 or not training."""
+    if not train or p == 0:
+        return a
+    if p == 1:  # eager multiplies by a 0-d zero, so nan and inf inputs give nan
+        return prims.mul(a, expand_to(prims.full((), 0, a.dtype, a.device), a.dims))
+    if not (a.dtype.is_floating_point or a.dtype.is_complex):
+        if decide(E.eq(_numel(a.dims), 0), "dropout", "an empty tensor is returned as is"):
+            return a
+        raise RuntimeError(f"result type Float can't be cast to the desired output type {_type_name(a.dtype)}")
+    noise = prims.div(nn_bernoulli(a.dims, 1 - p, a.dtype, a.device), 1 - p)
+    return prims.mul(a, noise)
+
+
+@torchop(F.dropout, name="dropout", pure=False)
+def dropout(input: TensorProxy, p: float = 0.5, training: bool = True, inplace: bool = False) -> TensorProxy:
+    _no_outside_tensors(input)
+    p = float(p)
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if inplace:
+        raise unsupported("dropout(inplace=True)", "use inplace=False")
+    return _dropout(input, p, bool(training))
+
+
+@torchop(torch.dropout, name="torch_dropout", pure=False)
+def torch_dropout(input: TensorProxy, p: float, train: bool) -> TensorProxy:
+    _no_outside_tensors(input)
+    p = float(p)
+    if p < 0.0 or p > 1.0:
+        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {p:g}")
+    return _dropout(input, p, bool(train))
+
+
+# Attention.
+
+_C10_NAMES = {torch.float32: "float", torch.float64: "double", torch.int64: "long int", torch.int32: "int",
+              torch.bfloat16: "c10::BFloat16", torch.float16: "c10::Half", torch.bool: "bool"}  # fmt: skip
+
+
+def _c10(dtype: torch.dtype) -> str:
+    return _C10_NAMES.get(dtype, str(dtype))
+
+
+def _check_attn_mask(q: TensorProxy, k: TensorProxy, mask: TensorProxy) -> None:
+    """The mask is added in place to the scores (batch, L, S): it must broadcast into them.
+
+    Checked on the example sizes without a guard: the output shape does not depend on it, and for sizes where
+    it fails the torch op raises this error at run time.
+    """
+    if mask.dtype not in (torch.bool, torch.float32, q.dtype):
+        raise RuntimeError("Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+                           f"attn_mask.dtype: {_c10(mask.dtype)} and  query.dtype: {_c10(q.dtype)} instead.")  # fmt: skip
+    if mask.ndim < 2:
+        raise IndexError("Dimension specified as -2 but tensor has no dimensions" if mask.ndim == 0 else
+                         "Dimension out of range (expected to be in range of [-1, 0], but got -2)")  # fmt: skip
+    batch = torch.broadcast_shapes(*(tuple(hint(d) for d in t.dims[:-2]) for t in (q, k)))
+    scores, sizes = [*batch, hint(q.dims[-2]), hint(k.dims[-2])], [hint(d) for d in mask.dims]
+    out = list(torch.broadcast_shapes(scores, sizes))  # eager's error where they do not broadcast
+    if out != scores:
+        raise RuntimeError(f"output with shape {scores} doesn't match the broadcast shape {out}")
+
+
+def _check_sdpa(q: TensorProxy, k: TensorProxy, v: TensorProxy, mask: Any, is_causal: bool) -> None:
+    op = "scaled_dot_product_attention"
+    if min(q.ndim, k.ndim, v.ndim) < 2:
+        raise RuntimeError("Expected query, key, and value to all be  at least 2 dimensional, but got query.dim: "
+                           f"{q.ndim} key.dim: {k.ndim} and value.dim: {v.ndim} instead.")  # fmt: skip
+    if not q.dtype == k.dtype == v.dtype:
+        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: "
+                           f"{_c10(q.dtype)} key.dtype: {_c10(k.dtype)} and value.dtype: {_c10(v.dtype)} instead.")
+    if not q.dtype.is_floating_point:
+        raise RuntimeError(f"expected scalar type Float but found {_type_name(q.dtype)}")
+    if is_causal and mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    if not decide(E.eq(q.dims[-1], k.dims[-1]), op, "query and key have the same embedding dim"):
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                           f"[{hint(_numel(k.dims[:-2]))}, {hint(q.dims[-1])}] but got: "
+                           f"[{hint(_numel(k.dims[:-2]))}, {hint(k.dims[-1])}].")  # fmt: skip
+    if not decide(E.eq(k.dims[-2], v.dims[-2]), op, "key and value have the same length"):
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                           f"[{hint(_numel(v.dims[:-2]))}, {hint(k.dims[-2])}] but got: "
+                           f"[{hint(_numel(v.dims[:-2]))}, {hint(v.dims[-2])}].")  # fmt: skip
+
+
+def _repeat_heads(q: TensorProxy, kv: TensorProxy) -> TensorProxy:
+    """enable_gqa: each key/value head serves H_q / H_kv consecutive query heads (repeat_interleave on dim -3)."""
+    if q.ndim < 3 or kv.ndim < 3:
+        return kv
+    hq, hk, op = q.dims[-3], kv.dims[-3], "scaled_dot_product_attention"
+    divides = decide(E.gt(hk, 0), op, "key/value heads") and decide(E.eq(E.mod(hq, hk), 0), op, "heads divide")
+    if not divides:
+        raise RuntimeError("Number of heads in key and value must divide the number of heads in query")
+    lead = kv.ndim - 3
+    dims = kv.dims[:lead] + (hk, E.floordiv(hq, hk)) + kv.dims[-2:]
+    repeated = prims.broadcast_in_dim(kv, dims, (*range(lead + 1), lead + 2, lead + 3))
+    return prims.reshape(repeated, kv.dims[:lead] + (hq,) + kv.dims[-2:])
+
+
+def _scaled(q: TensorProxy, k: TensorProxy, scale: Any) -> tuple[TensorProxy, TensorProxy]:
+    """The math backend scales q and k by sqrt(scale) each (a negative scale goes on q); the default scale is
+    1 / sqrt(E), computed from the symbolic E as a tensor so that no size is pinned."""
+    if scale is None:
+        root = prims.pow(prims.full((), q.dims[-1], q.dtype, q.device), -0.25)
+        return prims.mul(q, expand_to(root, q.dims)), prims.mul(k, expand_to(root, k.dims))
+    scale = float(scale)
+    root = math.sqrt(abs(scale))
+    return prims.mul(q, -root if scale < 0 else root), prims.mul(k, root)
+
+
+@torchop(F.scaled_dot_product_attention, name="scaled_dot_product_attention")
+def scaled_dot_product_attention(query: TensorProxy, key: TensorProxy, value: TensorProxy, attn_mask: Any = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: Any = None,
+                                 enable_gqa: bool = False) -> TensorProxy:  # fmt: skip
+    _no_outside_tensors(query, key, value, attn_mask)
+    _check_sdpa(query, key, value, attn_mask, is_causal)
+    if dropout_p != 0:
+        raise unsupported("scaled_dot_product_attention(dropout_p>0)", "attention dropout is random per call; pass "
+                          "dropout_p=0.0 (e.g. outside training) or apply F.dropout to explicit attention weights")
+    if enable_gqa:
+        key, value = _repeat_heads(query, key), _repeat_heads(query, value)
+    if attn_mask is not None:
+        _check_attn_mask(query, key, attn_mask)
+    lt, dtype = _ltorch(), _opmath(query.dtype)
+    q, k = _scaled(convert(query, dtype), convert(key, dtype), scale)
+    scores = lt.matmul(q, lt.transpose(k, -2, -1))
+    mask = nn_causal_mask(query.dims[-2], key.dims[-2], query.device) if is_causal else attn_mask
+    if mask is not None and mask.dtype is torch.bool:
+        scores = prims.where(expand_to(mask, scores.dims), scores, NEG_INF)
+    elif mask is not None:
+        scores = prims.add(scores, expand_to(convert(mask, dtype), scores.dims))
+    return convert(lt.matmul(_safe_softmax(scores), convert(value, dtype)), query.dtype)
+
+
+# Losses.
+
+
+def _check_class_targets(input: TensorProxy, target: TensorProxy, weight: Any) -> None:
+    """nll_loss_nd's checks, in eager's order."""
+    op, nd = "cross_entropy", input.ndim
+    if nd != 1 and (target.ndim == 0 or not decide(E.eq(input.dims[0], target.dims[0]), op, "batch sizes match")):
+        got = hint(target.dims[0]) if target.ndim else 0
+        raise ValueError(f"Expected input batch_size ({hint(input.dims[0])}) to match target batch_size ({got}).")
+    if nd <= 2 and target.ndim > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    if nd > 2 and not _same_dims(target.dims[1:], input.dims[2:], op, "target matches the input's extra dims"):
+        raise RuntimeError(f"Expected target size {fmt_shape(input.dims[:1] + input.dims[2:])}, got "
+                           f"{fmt_shape(target.dims)}")  # fmt: skip
+    if target.dtype not in (torch.int64, torch.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_type_name(target.dtype)}")
+    if nd == 1 and target.ndim == 1 and not decide(E.eq(target.dims[0], 1), op, "1D target of a 1D input"):
+        raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {hint(target.dims[0])}")
+    c = input.dims[0 if nd == 1 else 1]
+    if weight is not None and not (weight.ndim == 1 and decide(E.eq(weight.dims[0], c), op, "weight size is C")):
+        raise RuntimeError("weight tensor should be defined either for all or no classes" if nd > 2 else
+                           f"weight tensor should be defined either for all {hint(c)} classes or no classes but got "
+                           f"weight tensor of shape: {fmt_shape(weight.dims)}")  # fmt: skip
+    if weight is not None and weight.dtype != input.dtype:
+        raise RuntimeError(f"expected scalar type {_type_name(input.dtype)} but found {_type_name(weight.dtype)}")
+
+
+def _reduce(loss: TensorProxy, reduction: str, total: Any = None) -> TensorProxy:
+    """`none`, `sum`, or `mean` (the sum divided by `total`: an int Expr or a 0-d tensor)."""
+    if reduction == "none":
+        return loss
+    out = prims.sum(loss, tuple(range(loss.ndim)))
+    if reduction == "sum":
+        return out
+    return prims.div(out, total if not isinstance(total, TensorProxy) else expand_to(total, out.dims))
+
+
+def _class_losses(logp: TensorProxy, target: TensorProxy, weight: Any, ignore_index: int, cdim: int) -> tuple:
+    """Per-target losses -w[t] * logp[t] (0 where ignored), the per-target weights (0 where ignored), the mask."""
+    t = convert(target, torch.int64)
+    ignored = prims.eq(t, ignore_index)
+    safe = prims.where(ignored, 0, t)
+    out_dims = () if logp.ndim == 1 else t.dims
+    if logp.ndim == 1:
+        index = prims.reshape(safe, (E.const(1),))
+    else:
+        index = _expand_reduced(safe, logp.dims[:1] + (E.const(1),) + logp.dims[2:], (1,))
+    picked = prims.reshape(nn_gather(logp, cdim, index), out_dims)
+    ignored = prims.reshape(ignored, out_dims)
+    if weight is None:
+        w = prims.where(ignored, 0.0, prims.full(out_dims, 1.0, logp.dtype, logp.device))
+    else:
+        gathered = nn_gather(weight, 0, prims.reshape(safe, (_numel(t.dims),)))
+        w = prims.where(ignored, 0.0, prims.reshape(gathered, out_dims))
+    return prims.where(ignored, 0.0, prims.neg(prims.mul(picked, w))), w, ignored
+
+
+def _ce_class(input: TensorProxy, target: TensorProxy, weight: Any, ignore_index: int, reduction: str,
+              smoothing: float) -> TensorProxy:  # fmt: skip
+    cdim = 0 if input.ndim == 1 else 1
+    _check_floating(input, "log_softmax_lastdim_kernel_impl" if cdim == input.ndim - 1 else "log_softmax_kernel_impl")
+    _check_class_targets(input, target, weight)
+    logp = _log_softmax(input, cdim)
+    loss, w, ignored = _class_losses(logp, target, weight, ignore_index, cdim)
+    nll = _reduce(loss, reduction, prims.sum(w, tuple(range(w.ndim))))
+    if smoothing <= 0:
+        return nll
+    if input.ndim == 1 and target.ndim == 1:  # eager fills a 0-d smooth loss with a (1,) mask in place
+        raise RuntimeError("output with shape [] doesn't match the broadcast shape [1]")
+    weighted = logp if weight is None else prims.mul(logp, prims.broadcast_in_dim(weight, logp.dims, (cdim,)))
+    smooth = prims.where(ignored, 0.0, prims.neg(prims.sum(weighted, (cdim,))))
+    smooth = _reduce(smooth, reduction, prims.sum(w, tuple(range(w.ndim))))
+    smooth = prims.div(prims.mul(smooth, smoothing), input.dims[cdim])
+    return prims.add(prims.mul(nll, 1 - smoothing), smooth)
+
+
+def _ce_probs(input: TensorProxy, target: TensorProxy, weight: Any, ignore_index: int, reduction: str,
+              smoothing: float) -> TensorProxy:  # fmt: skip
+    if not target.dtype.is_floating_point:
+        raise RuntimeError(f"Expected floating point type for target with class probabilities, got "
+                           f"{_type_name(target.dtype)}")  # fmt: skip
+    if ignore_index >= 0:
+        raise RuntimeError("ignore_index is not supported for floating point target")
+    cdim = 0 if input.ndim == 1 else 1
+    c, lt = input.dims[cdim], _ltorch()
+    if weight is not None and not (weight.ndim == 1 and decide(E.eq(weight.dims[0], c), "cross_entropy", "C")):
+        raise RuntimeError(f"cross_entropy: weight tensor should be defined either for all {hint(c)} classes or no "
+                           f"classes but got weight tensor of shape: {fmt_shape(weight.dims)}")  # fmt: skip
+    if smoothing > 1:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {smoothing:g}")
+    _check_floating(input, "log_softmax_lastdim_kernel_impl" if cdim == input.ndim - 1 else "log_softmax_kernel_impl")
+    if smoothing > 0:
+        spread = prims.div(prims.full((), smoothing, target.dtype, target.device), c)
+        target = lt.add(lt.mul(target, 1 - smoothing), spread)
+    prod = lt.mul(_log_softmax(input, cdim), target)
+    if weight is not None:
+        prod = lt.mul(prod, prims.broadcast_in_dim(weight, input.dims, (cdim,)))
+    if reduction == "none":
+        return prims.neg(prims.sum(prod, (cdim,)))
+    batch = _numel(tuple(d for i, d in enumerate(input.dims) if i != cdim))
+    return _reduce(prims.neg(prod), reduction, E.mul(batch, E.minimum(c, 1)))  # numel / C; 0 (so nan) if empty
+
+
+@torchop(F.cross_entropy, name="cross_entropy")
+def cross_entropy(input: TensorProxy, target: TensorProxy, weight: Any = None, size_average: Any = None,
+                  ignore_index: int = -100, reduce: Any = None, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> TensorProxy:  # fmt: skip
+    _no_outside_tensors(input, target, weight)
+    if size_average is not None or reduce is not None:
+        reduction = reduction_enum.legacy_get_string(size_average, reduce, emit_warning=False)
+    reduction_enum.get_enum(reduction)  # eager's ValueError for an unknown reduction
+    ignore_index, smoothing = int(ignore_index), float(label_smoothing)
+    if input.ndim == 0 and (target.ndim != 0 or target.dtype.is_floating_point):
+        raise IndexError("Dimension specified as 1 but tensor has no dimensions" if target.ndim == 0 else
+                         "Dimension out of range (expected to be in range of [-1, 0], but got 1)")  # fmt: skip
+    if _same_dims(input.dims, target.dims, "cross_entropy", "same shapes: class probabilities"):
+        return _ce_probs(input, target, weight, ignore_index, reduction, smoothing)
+    if smoothing > 1:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {smoothing:g}")
+    return _ce_class(input, target, weight, ignore_index, reduction, smoothing)
+
+
+@torchop(F.mse_loss, name="mse_loss")
+def mse_loss(input: TensorProxy, target: TensorProxy, size_average: Any = None, reduce: Any = None,
+             reduction: str = "mean", weight: Any = None) -> TensorProxy:  # fmt: skip
+    _no_outside_tensors(input, target, weight)
+    if size_average is not None or reduce is not None:
+        reduction = reduction_enum.legacy_get_string(size_average, reduce, emit_warning=False)
+    shape = broadcast_shapes(input.dims, target.dims)  # eager's error where the sizes cannot broadcast
+    if weight is not None:
+        return _weighted_mse(input, target, weight, reduction)
+    reduction_enum.get_enum(reduction)
+    dtype = torch.result_type(meta_value(input), meta_value(target))
+    if not (dtype.is_floating_point or dtype.is_complex):
+        raise NotImplementedError(f"\"mse_{input.device.type}\" not implemented for '{_type_name(dtype)}'")
+    diff = prims.sub(*(convert(expand_to(t, shape), dtype) for t in (input, target)))
+    return _reduce(prims.mul(diff, diff), reduction, _numel(shape))
+
+
+def _weighted_mse(input: TensorProxy, target: TensorProxy, weight: TensorProxy, reduction: str) -> TensorProxy:
+    """F.mse_loss's weighted branch, op for op."""
+    if not _same_dims(weight.dims, input.dims, "mse_loss", "weight has the input's shape"):
+        raise ValueError("Weights and input must have the same size.")
+    lt = _ltorch()
+    errors = lt.mul(lt.pow(lt.sub(input, target), 2), weight)
+    if reduction == "none":
+        return errors
+    if reduction == "sum":
+        return lt.sum(errors)
+    if reduction == "mean":
+        return lt.div(lt.sum(errors), lt.sum(weight))
+    raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.")
+
+
+# Data-dependent ops: their output shapes depend on tensor values, which a trace does not know.
+
+_SHAPE = "its output shape depends on the tensor's values"
+
+
+def _data_dependent(name: str, fns: tuple, hint_text: str) -> Any:
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        raise unsupported(name, f"{_SHAPE}; {hint_text}")
+
+    decomposition.__name__ = name
+    return torchop(*fns, name=name, methods=(name,))(decomposition)
+
+
+_MASK = "keep the shape with a mask (torch.where(mask, x, 0)) or call it outside the compiled function"
+nonzero = _data_dependent("nonzero", (torch.nonzero, torch.Tensor.nonzero), _MASK)
+argwhere = _data_dependent("argwhere", (torch.argwhere, torch.Tensor.argwhere), _MASK)
+masked_select = _data_dependent("masked_select", (torch.masked_select, torch.Tensor.masked_select), _MASK)
+unique = _data_dependent("unique", (torch.unique, torch.Tensor.unique), "call it outside the compiled function")
