@@ -228,7 +228,8 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     prologue, guards = _prologue_stage(fn, specs, solution, traces[-1], uses_default_dtype)
     entry_fn = traces[-1].python_callable()
     times["codegen"] = time.perf_counter()
-    key = (_static_key(specs), solution.key, torch.is_grad_enabled(), uses_default_dtype and torch.get_default_dtype())
+    key = (_static_key(specs), solution.key, torch.is_grad_enabled(), uses_default_dtype and torch.get_default_dtype(),
+           _autocast_state())  # fmt: skip
     stats = _stats(times, decider, solution)
     index = build_index_key(function_name(fn), specs, dict(solution.pinned))
     traces_log.info("final computation of %s:\n%s", function_name(fn), traces[-1])
@@ -248,6 +249,12 @@ def _stats(times: dict[str, float], decider: Decider, solution: Solution) -> dic
         "z3_s": decider.z3_seconds + solution.z3_seconds,
         "z3_max_query_s": max(decider.z3_max_seconds, solution.z3_max_seconds),
     }
+
+
+def _autocast_state() -> tuple:
+    if not torch._C._is_any_autocast_enabled():
+        return ()
+    return tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda"))
 
 
 def _static_key(specs: InputSpecs) -> str:

@@ -151,3 +151,19 @@ def test_explain_reports_first_failing_check_with_values():
     assert msg.startswith("b.shape[0] == a.shape[1] (test_prologue.py:")
     assert "matmul, inner dims must match) failed: a.shape[1] = 3, b.shape[0] = 4" in msg
     assert prologue.explain((torch.randn(2, 3, 1), torch.randn(3, 4)), {}) == "a.ndim == 2 failed: a.ndim = 3"
+
+
+def test_autocast_state_is_guarded():
+    def f(a, b):
+        return a @ b
+
+    cfn = specengine.compile(f, dynamic=True)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    run_both(f, cfn, [a, b])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = run_both(f, cfn, [a, b])
+        assert out.dtype is torch.bfloat16
+        run_both(f, cfn, [a, b])
+    run_both(f, cfn, [a, b])
+    assert counts(cfn) == (2, 2)
+    assert specengine.recompile_reasons(cfn) == ["autocast is disabled failed: autocast enabled = True"]

@@ -161,13 +161,7 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
         values = tuple((src(s), s) for s in sorted(g.expr.free_symbols(), key=lambda s: E.sym(s).sort_key))
         fail = g.expr.negate() if isinstance(g.expr, FloatExpr) else E.not_(g.expr)
         st.check(fail.to_python(), g.expr.to_python(src), *values, provenance=str(g.provenance))
-    grad = st.name(torch.is_grad_enabled, "is_grad_enabled")
-    st.check(f"{'not ' if grad_enabled else ''}{grad}()", f"torch.is_grad_enabled() is {grad_enabled}",
-             ("torch.is_grad_enabled()", f"{grad}()"))  # fmt: skip
-    if default_dtype is not None:
-        getter = st.name(torch.get_default_dtype, "get_default_dtype")
-        st.check(f"{getter}() is not {st.name(default_dtype, str(default_dtype).removeprefix('torch.'))}", f"torch.get_default_dtype() is {default_dtype}",
-                 ("torch.get_default_dtype()", f"{getter}()"))  # fmt: skip
+    _global_state_checks(st, grad_enabled, default_dtype)
     signature = signature_source(specs.signature, st.glb)
     return Prologue(name, st.steps, returns, st.glb, signature), guards
 
@@ -206,3 +200,26 @@ def build_index_key(fn_name: str, specs: InputSpecs, pinned: dict[str, int]) -> 
     body = "\n".join(lines + [f"  return ({''.join(p + ', ' for p in parts)})"])
     source = f"def {fn_name}_index_key{signature_source(specs.signature, glb)}:\n{body}\n"
     return source, tuple(pinned[s] for s in pins), glb
+
+
+def _global_state_checks(st: _Steps, grad_enabled: bool, default_dtype: torch.dtype | None) -> None:
+    """Grad mode, autocast (state and dtype per device type) and, when the trace used it, the default dtype."""
+    grad = st.name(torch.is_grad_enabled, "is_grad_enabled")
+    st.check(f"{'not ' if grad_enabled else ''}{grad}()", f"torch.is_grad_enabled() is {grad_enabled}",
+             ("torch.is_grad_enabled()", f"{grad}()"))  # fmt: skip
+    any_autocast = st.name(torch._C._is_any_autocast_enabled, "is_any_autocast_enabled")
+    devices = sorted({leaf.device.type for leaf in st.specs.leaves() if isinstance(leaf, TensorSpec)} | {"cpu"})
+    if not torch._C._is_any_autocast_enabled():
+        st.check(f"{any_autocast}()", "autocast is disabled", ("autocast enabled", f"{any_autocast}()"))
+    for dev in devices if torch._C._is_any_autocast_enabled() else ():
+        enabled, dtype = torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)
+        on = st.name(torch.is_autocast_enabled, "is_autocast_enabled")
+        get = st.name(torch.get_autocast_dtype, "get_autocast_dtype")
+        st.check(f"{on}({dev!r}) is not {enabled} or {get}({dev!r}) is not {st.name(dtype, 'autocast_dtype')}",
+                 f"torch.is_autocast_enabled({dev!r}) is {enabled} with dtype {dtype}",
+                 ("autocast", f"({on}({dev!r}), {get}({dev!r}))"))  # fmt: skip
+    if default_dtype is not None:
+        getter = st.name(torch.get_default_dtype, "get_default_dtype")
+        expected = st.name(default_dtype, str(default_dtype).removeprefix("torch."))
+        st.check(f"{getter}() is not {expected}", f"torch.get_default_dtype() is {default_dtype}",
+                 ("torch.get_default_dtype()", f"{getter}()"))  # fmt: skip
