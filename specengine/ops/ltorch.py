@@ -6,6 +6,7 @@ op's symbolic shape rules and decisions, and serves executors that only run prim
 
 from __future__ import annotations
 
+import builtins  # ltorch.any/all/max/min/sum shadow the builtins in this module
 import operator
 from typing import Any
 
@@ -108,7 +109,7 @@ def _is_bool(x: Any) -> bool:
 def _add_or_sub(name: str, torch_fn: Any, a: Any, b: Any, alpha: Any) -> TensorProxy:
     """`a op alpha * b` in the dtype of `a op b` (scaling b first must not promote it)."""
     dtype = meta_call(torch_fn, a, b).dtype
-    if name == "sub" and any(_is_bool(x) for x in (a, b)):  # meta lets a bool Python scalar through
+    if name == "sub" and builtins.any(_is_bool(x) for x in (a, b)):  # meta lets a bool Python scalar through
         raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
                            "to invert a mask, use the `~` or `logical_not()` operator instead.")  # fmt: skip
     _check_alpha(dtype, alpha)

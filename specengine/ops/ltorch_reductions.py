@@ -3,7 +3,6 @@
 Reductions with an identity (prod, all, any, var -> nan, softmax of an empty dim) decide nothing on sizes;
 those without one (amin, max, min, argmax, argmin) raise over an empty dim, so they decide `dim != 0`.
 
-`all` and `any` are defined here but not exported (see the note at `__all__`).
 """
 
 from __future__ import annotations
@@ -20,17 +19,16 @@ from specengine.ops.registry import torchop
 from specengine.ops.utils import broadcast_shapes, canonical_dim, canonical_dims, convert, decide, expand_to, meta_call
 from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, value_expr
 
-# `all` and `any` stay out of `__all__`: ltorch.py star-imports this module and its own code calls the builtin
-# `any(...)` (`_add_or_sub`), which the exported op would replace. Export them once ltorch.py uses `builtins.any`.
 __all__ = [
-    "prod", "var", "std", "var_mean", "std_mean", "amin", "max", "min", "argmax", "argmin",
+    "prod", "var", "std", "var_mean", "std_mean", "amin", "max", "min", "argmax", "argmin", "all", "any",
     "softmax", "log_softmax", "logsumexp", "cumsum",
 ]  # fmt: skip
 
 _UNSET: Any = object()  # an argument that was not passed (torch's overloads tell "absent" from None)
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 _TYPE_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
-               torch.uint8: "Byte", torch.bool: "Bool"}  # fmt: skip
+               torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
+               torch.complex128: "ComplexDouble"}  # fmt: skip
 
 
 # Prims.
@@ -124,7 +122,9 @@ def _check_nonempty(a: TensorProxy, dims: tuple, op: str, every: Exception | Non
     """Reductions without an identity need each reduced dim non-empty (a decision per dim)."""
     for i in dims if a.ndim else ():
         if not decide(E.ne(a.dims[i], 0), op, f"reduction over dim {i} needs a non-empty dim"):
-            raise every if every is not None else IndexError(f"{op}(): Expected reduction dim {i} to have non-zero size.")
+            if every is not None:
+                raise every
+            raise IndexError(f"{op}(): Expected reduction dim {i} to have non-zero size.")
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -364,7 +364,7 @@ def _softmax_impl_for(fn: Any) -> Any:
 
 
 def _not_floating(op: str, a: TensorProxy, d: int) -> TensorProxy:
-    """torch's softmax kernels reject integer tensors unless there is nothing to compute."""
+    """torch's softmax kernels reject integer and complex tensors unless there is nothing to compute."""
     if not decide(E.eq(_count(a, range(a.ndim)), 0), op, "a non-floating softmax runs only when empty"):
         kernel = f"{op}_lastdim_kernel_impl" if a.ndim == 0 or d == a.ndim - 1 else f"{op}_kernel_impl"
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{_TYPE_NAMES.get(a.dtype, a.dtype)}'")
@@ -416,6 +416,8 @@ def log_softmax(a: TensorProxy, dim: Any = None, _stacklevel: Any = _UNSET, dtyp
 def logsumexp(a: TensorProxy, dim: Any, keepdim: bool = False) -> TensorProxy:
     """log(sum(exp(x - m))) + m, with m = amax where finite, else 0 (torch's own composite)."""
     out_dtype = meta_call(torch.logsumexp, a, dim, keepdim).dtype
+    if out_dtype.is_complex:
+        raise unsupported("logsumexp of a complex tensor", "its decomposition is written for real tensors")
     dims = canonical_dims(dim, a.ndim)
     x = convert(a, out_dtype)  # op by op in the result dtype, as torch computes it
     m = _prim_amax_ninf(x, dims)

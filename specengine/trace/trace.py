@@ -85,6 +85,8 @@ def format_value(x: Any) -> str:
         return f"torch.device({str(x)!r})"
     if isinstance(x, float) and not math.isfinite(x):
         return f"float({str(x)!r})"
+    if isinstance(x, tuple) and type(x).__module__ == "torch.return_types":
+        return f"torch.return_types.{type(x).__name__}(({', '.join(format_value(v) for v in x)},))"
     if isinstance(x, tuple):
         inner = ", ".join(format_value(v) for v in x)
         return f"({inner},)" if len(x) == 1 else f"({inner})"
