@@ -182,6 +182,8 @@ def _record_requests(requests: list[Request], decider: Decider) -> int:
     """Turn needs-constant requests into constraints (`expr == hint`); returns how many were new."""
     new = 0
     for r in requests:
+        if r.expr is None:
+            continue  # contiguity: a prologue metadata check, not a constraint
         b = r.expr if r.expr.is_bool else E.eq(r.expr, r.expr.eval(decider.hints))
         value = bool(b.eval(decider.hints))
         if decider.implied(b, value):
@@ -193,25 +195,37 @@ def _record_requests(requests: list[Request], decider: Decider) -> int:
     return new
 
 
+def _fusion_passes(trace: Trace, options: Options) -> Trace:
+    """Executors that fuse (nvFuser) group the ops they claimed into regions."""
+    for ex in options.executors:
+        fusion_pass = getattr(ex, "fusion_pass", None)
+        if fusion_pass is not None:
+            trace = fusion_pass(trace)
+    return trace
+
+
 def _computation_stage(cleaned: Trace, decider: Decider, specs: InputSpecs,
-                       options: Options) -> tuple[Solution, list[Trace]]:  # fmt: skip
+                       options: Options) -> tuple[Solution, list[Trace], set[str]]:  # fmt: skip
     """Solve, specialize and claim until the executors request no new constants."""
     for _ in range(_MAX_CLAIM_ROUNDS):
         solution = _solve_stage(decider, specs, options)
         specialized = passes.specialize(cleaned, solution.fold, specs.hints)
         claimed, requests = claim_trace(specialized, options.executors)
         if not _record_requests(requests, decider):
-            return solution, [specialized, claimed, passes.prune_params(passes.dce(claimed))]
+            fused = _fusion_passes(passes.dce(claimed), options)
+            contiguous = {r.tensor.name for r in requests if r.tensor is not None}
+            return solution, [specialized, claimed, passes.prune_params(fused)], contiguous
     raise SpecEngineError(f"executors kept requesting new constants after {_MAX_CLAIM_ROUNDS} rounds")
 
 
-def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: Trace,
-                    uses_default_dtype: bool) -> tuple[Prologue, list]:  # fmt: skip
+def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: Trace, uses_default_dtype: bool,
+                    contiguous: set[str]) -> tuple[Prologue, list]:  # fmt: skip
     name = function_name(fn)
     returns = [format_value(p) for p in final.params]
     symbols = {p.name for p in final.params if isinstance(p, NumberProxy)}
     default_dtype = torch.get_default_dtype() if uses_default_dtype else None
-    return build_prologue(name, specs, solution, returns, symbols, torch.is_grad_enabled(), default_dtype)
+    return build_prologue(name, specs, solution, returns, symbols, torch.is_grad_enabled(), default_dtype,
+                          contiguous)  # fmt: skip
 
 
 def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
@@ -221,11 +235,11 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     specs = describe_inputs(fn, args, kwargs, options.dynamic, auto_dynamic)
     traces, decider, uses_default_dtype = _trace_stage(fn, specs, options)
     times["trace"] = time.perf_counter()
-    solution, computation = _computation_stage(traces[-1], decider, specs, options)
+    solution, computation, contiguous = _computation_stage(traces[-1], decider, specs, options)
     check_marks(specs, solution)
     traces += computation
     times["solve"] = time.perf_counter()
-    prologue, guards = _prologue_stage(fn, specs, solution, traces[-1], uses_default_dtype)
+    prologue, guards = _prologue_stage(fn, specs, solution, traces[-1], uses_default_dtype, contiguous)
     entry_fn = traces[-1].python_callable()
     times["codegen"] = time.perf_counter()
     key = (_static_key(specs), solution.key, torch.is_grad_enabled(), uses_default_dtype and torch.get_default_dtype(),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, Sequence
 
 from specengine.constraints.expr import Expr
 from specengine.errors import UnsupportedOpError
@@ -16,24 +16,28 @@ __all__ = ["Claim", "Executor", "Request", "claim_trace", "resolve_executors"]
 
 @dataclass(frozen=True)
 class Request:
-    """A needs-constant request: `expr` must be a compile-time constant for `executor` to run `bsym`."""
+    """A request from `executor` to run `bsym`: `expr` must be a compile-time constant, or (when `tensor`
+    is set) that tensor's contiguity must be fixed."""
 
-    expr: Expr
+    expr: Expr | None
     executor: str
     bsym: BoundSymbol
+    tensor: Any = None
 
 
 def resolve_executors(executors: Sequence[Executor | str] | None) -> tuple[Executor, ...]:
     """Executor objects for names ("torch") and user objects; "torch" is always last as the fallback."""
+    from specengine.executors.nvfuser import NvFuserExecutor, nvfuser_available
     from specengine.executors.torchex import torch_executor
 
-    named = {"torch": torch_executor}
+    named = {"torch": torch_executor, "nvfuser": NvFuserExecutor}
     out = []
-    for ex in executors or ("torch",):
+    default = ("nvfuser", "torch") if nvfuser_available() else ("torch",)
+    for ex in executors or default:
         if isinstance(ex, str):
             if ex not in named:
                 raise ValueError(f"unknown executor {ex!r}; known: {sorted(named)}")
-            ex = named[ex]
+            ex = named[ex]() if isinstance(named[ex], type) else named[ex]
         out.append(ex)
     if torch_executor not in out:
         out.append(torch_executor)
@@ -55,15 +59,27 @@ def claim_trace(trace: Trace, executors: Sequence[Executor]) -> tuple[Trace, lis
 
 
 def _claim(bsym: BoundSymbol, executors: Sequence[Executor], out: list, requests: list) -> None:
+    """The first executor (in priority order) that claims `bsym`, or that claims all of its decomposition,
+    runs it; a decomposition claimed by several executors goes to the first one that takes all of it."""
     for ex in executors:
         claim = ex.claim(bsym)
         if claim is not None:
             impl = claim.impl if claim.impl.pure == bsym.sym.pure else replace(claim.impl, pure=bsym.sym.pure)
             out.append(bsym.with_(sym=impl, subsymbols=()))
             requests.extend(Request(e, ex.name, bsym) for e in claim.needs_constant if not e.is_const)
+            requests.extend(Request(None, ex.name, bsym, t) for t in claim.needs_contiguous)
+            return
+        if bsym.subsymbols and _claims_all(ex, bsym.subsymbols):
+            for sub in bsym.subsymbols:
+                _claim(sub.with_(source=sub.source or bsym.source), (ex,), out, requests)
             return
     if not bsym.subsymbols:
         where = bsym.source.where if bsym.source else "<unknown>"
         raise UnsupportedOpError(bsym.sym.print_name, where, "no executor claims it; add the torch executor")
     for sub in bsym.subsymbols:
         _claim(sub.with_(source=sub.source or bsym.source), executors, out, requests)
+
+
+def _claims_all(ex: Executor, bsyms: Sequence[BoundSymbol]) -> bool:
+    """Whether `ex` can run every op of a decomposition (directly or through deeper decompositions)."""
+    return all(ex.claim(b) is not None or (b.subsymbols and _claims_all(ex, b.subsymbols)) for b in bsyms)

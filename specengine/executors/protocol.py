@@ -16,10 +16,13 @@ class Claim:
     Attributes:
         impl: the symbol that runs in the computation instead (it prints as what it calls).
         needs_constant: symbolic values that must be compile-time constants for `impl` to run.
+        needs_contiguous: tensors whose contiguity `impl` specializes on; for inputs of the computation the
+            prologue then checks `is_contiguous()` against the value seen at compile time.
     """
 
     impl: Symbol
     needs_constant: tuple[Expr, ...] = ()
+    needs_contiguous: tuple = ()
 
 
 class Executor(Protocol):

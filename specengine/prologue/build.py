@@ -132,7 +132,8 @@ def _read_symbols(st: _Steps, needed: set[str], pinned: dict[str, int]) -> None:
 
 
 def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: list[str], comp_symbols: set[str],
-                   grad_enabled: bool, default_dtype: torch.dtype | None) -> tuple[Prologue, list[Guard]]:  # fmt: skip
+                   grad_enabled: bool, default_dtype: torch.dtype | None,
+                   contiguous: set[str] = frozenset()) -> tuple[Prologue, list[Guard]]:  # fmt: skip
     """The prologue of one entry and its guards (printed over input names).
 
     Args:
@@ -143,6 +144,7 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
         comp_symbols: symbols the computation needs.
         grad_enabled: the grad mode the entry was traced under.
         default_dtype: the default dtype, if the trace depends on it.
+        contiguous: input tensors (locals) whose contiguity an executor specialized on.
     """
     st = _Steps(specs)
     for p in specs.params:
@@ -152,6 +154,11 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
     for p in specs.state:
         st.steps.append(f"{p.local} = {p.path}")
         _unpack(st, p, set(), dict(solution.pinned))
+    for leaf in specs.leaves():
+        if isinstance(leaf, TensorSpec) and leaf.local in contiguous:
+            st.check(f"{leaf.local}.is_contiguous() is not {leaf.contiguous}", f"{leaf.path}.is_contiguous() is "
+                     f"{leaf.contiguous}", (f"{leaf.path}.is_contiguous()", f"{leaf.local}.is_contiguous()"))  # fmt: skip
+
     unpinned = [g for g in solution.guards if not _is_pin(g.expr, solution.pinned)]
     needed = set(comp_symbols).union(*(g.expr.free_symbols() for g in unpinned))
     _read_symbols(st, needed, dict(solution.pinned))

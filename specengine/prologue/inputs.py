@@ -29,6 +29,7 @@ class TensorSpec:
     device: torch.device
     requires_grad: bool
     symbols: tuple[str, ...]
+    contiguous: bool = True
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,8 @@ class _Builder:
                 name = f"s{self.n_dims}"
                 self.n_dims += 1
                 syms.append(self.symbol(name, int(size), f"{path}.shape[{d}]", 0, marks.get(d)))
-            return TensorSpec(path, local, type(value), value.dtype, value.device, value.requires_grad, tuple(syms))
+            return TensorSpec(path, local, type(value), value.dtype, value.device, value.requires_grad, tuple(syms),
+                              value.is_contiguous())  # fmt: skip
         if type(value) is int:
             return IntSpec(path, local, self.symbol(local, value, path, None))
         if type(value) is float and self._dynamic(path):
