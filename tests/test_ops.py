@@ -169,10 +169,8 @@ def _comparison_cases(name: str, op: Callable) -> list[OpCase]:
     ]
 
 
-PARSER_XFAIL = (
-    "specengine/trace/proxies.py: torch's C++ argument parser runs before __torch_function__ dispatch; it "
-    "rejects a NumberProxy where a Number is expected (TypeError) and pins one in an int list via __index__"
-)
+# Regression: torch's C++ argument parser once rejected a NumberProxy where a Number is expected and pinned
+# one in an int list; NumberProxy now passes as a torch.SymInt and reaches the torch-function mode.
 NONZERO = i64(N, M, low=1)
 ELEMENTWISE = [
     _same("add", lambda x, y: torch.add(x, y), static=True),
@@ -231,7 +229,7 @@ ELEMENTWISE = [
     _same("rsub-bool-scalar", lambda x: False - x, [((N,),)]),
     _same("add-int-arg", lambda x, k: (x + k, k - x, x * k, k / x), [(i64(N), K), ((N,), K)]),
     _same("Tensor.add-alpha-int-arg", lambda x, y, k: x.add(y, alpha=k), [(X2, Y2, K)]),
-    OpCase("add-alpha-int-arg", lambda x, y, k: torch.add(x, y, alpha=k), [(X2, Y2, K)], True, xfail=PARSER_XFAIL),
+    OpCase("add-alpha-int-arg", lambda x, y, k: torch.add(x, y, alpha=k), [(X2, Y2, K)], True),
     *[c for name in ("eq", "ne", "lt", "le", "gt", "ge") for c in _comparison_cases(name, getattr(operator, name))],
     _same("where", lambda x, y: torch.where(x > 0, x, y), static=True),
     _same("where-bool-cond", lambda c, x, y: torch.where(c, x, y), [(b8(N, M), X2, Y2)]),
@@ -240,7 +238,7 @@ ELEMENTWISE = [
     _same("where-two-scalars", lambda x: torch.where(x > 0, 1.0, -1.0), ONE),
     _same("Tensor.where", lambda x, y: x.where(x > 0, y)),
     _same("Tensor.where-int-arg", lambda x, k: x.where(x > 0, k), [(X2, K), ((), K)]),
-    OpCase("where-int-arg", lambda x, k: torch.where(x > 0, x, k), [(X2, K)], True, xfail=PARSER_XFAIL),
+    OpCase("where-int-arg", lambda x, k: torch.where(x > 0, x, k), [(X2, K)], True),
     _same("where-float-cond", lambda x, y: torch.where(x, x, y)),
     OpCase("where-broadcast", lambda c, x, y: torch.where(c, x, y), [(b8(N, 1), (1, M), (M,))]),
 ]
@@ -358,7 +356,7 @@ SHAPES = [
     OpCase("reshape-int-arg-infer", lambda x, k: x.reshape(k, -1), [(X2, K)]),
     _same("view-size-tuple", lambda x, y: x.view(y.size()), [((N, M), (N, M))]),
     _same("Tensor.reshape-shape-of-other", lambda x, y: x.reshape(y.shape), [((N, M), (M, N))]),
-    OpCase("reshape-shape-of-other", lambda x, y: torch.reshape(x, y.shape), [(X2, (M, N))], True, xfail=PARSER_XFAIL),
+    OpCase("reshape-shape-of-other", lambda x, y: torch.reshape(x, y.shape), [(X2, (M, N))], True),
     _same("permute", lambda x: x.permute(2, 0, 1), [(X3,)], static=True),
     _same("permute-tuple", lambda x: x.permute((1, 0, 2)), [(X3,)]),
     _same("torch.permute-neg", lambda x: torch.permute(x, (0, -1, 1)), [(X3,)]),

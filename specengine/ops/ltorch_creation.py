@@ -70,7 +70,8 @@ def _size_exprs(sizes: tuple, op: str) -> tuple:
     """Sizes as int Exprs; eager's TypeError for a non-int and RuntimeError for a negative size."""
     out = []
     for s in sizes:
-        if isinstance(s, bool) or not isinstance(s, (int, NumberProxy, E.Expr)) or getattr(s, "python_type", int) is not int:
+        is_int = s.python_type is int if isinstance(s, NumberProxy) else isinstance(s, (int, E.Expr))
+        if not is_int or isinstance(s, bool):
             raise TypeError(f"{op}(): argument 'size' must be tuple of ints, but found element of type "
                             f"{type(s).__name__}")  # fmt: skip
         out.append(value_expr(s))
@@ -141,7 +142,9 @@ def empty(*size: Any, dtype: torch.dtype | None = None, device: Any = None, **op
 
 @torchop(torch.full, name="full", always_traced=True)
 def full(size: Any, fill_value: Any, *, dtype: torch.dtype | None = None, device: Any = None, **options: Any) -> Any:
-    return _full(_sequence(size, "full"), fill_value, dtype or _fill_dtype(fill_value), _device(device), "full", **options)
+    return _full(
+        _sequence(size, "full"), fill_value, dtype or _fill_dtype(fill_value), _device(device), "full", **options
+    )
 
 
 # *_like.
@@ -201,6 +204,8 @@ def new_full(a: TensorProxy, size: Any, fill_value: Any, *, dtype: torch.dtype |
 def _arange_args(start: Any, end: Any, step: Any) -> tuple:
     if end is None:
         start, end = 0, start
+    elif start is None:
+        start = 0
     for v in (start, end, step):
         if isinstance(v, TensorProxy):
             raise unsupported("arange with tensor bounds", "reading tensor data is data-dependent; pass numbers")
@@ -245,7 +250,7 @@ def _symbolic_length(start: E.Expr, end: E.Expr, step: E.Expr) -> E.Expr:
 
 
 @torchop(torch.arange, name="arange", always_traced=True)
-def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: torch.dtype | None = None, device: Any = None,
+def arange(start: Any = None, end: Any = None, step: Any = 1, *, dtype: torch.dtype | None = None, device: Any = None,
            requires_grad: bool = False, **options: Any) -> TensorProxy:  # fmt: skip
     _check_options("arange", **options)
     start, end, step = _arange_args(start, end, step)

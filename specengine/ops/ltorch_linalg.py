@@ -22,8 +22,10 @@ from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
 
 __all__ = ["mm", "bmm", "linear", "baddbmm", "einsum"]
 
-_CPP_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
-              torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int", torch.bool: "bool"}  # fmt: skip
+_CPP_NAMES = {
+    torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16",
+    torch.int64: "long int", torch.int32: "int", torch.bool: "bool",
+}  # fmt: skip
 
 
 def _cpp(dtype: torch.dtype) -> str:
@@ -36,8 +38,10 @@ def _ltorch() -> Any:
     return ltorch
 
 
-def _no_bool(kernel: str, x: TensorProxy) -> None:
-    if x.dtype is torch.bool:
+def _no_bool(kernel: str, x: TensorProxy, sizes: tuple) -> None:
+    """Eager's error for a bool product; its kernel runs (and raises) only when no size is 0. No guard: for
+    other sizes the torch op raises it at run time."""
+    if x.dtype is torch.bool and all(hint(s) > 0 for s in sizes):
         raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
 
 
@@ -68,7 +72,7 @@ def mm(a: TensorProxy, b: TensorProxy) -> TensorProxy:
         raise RuntimeError("mat2 must be a matrix")
     if a.dtype != b.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_cpp(a.dtype)} != {_cpp(b.dtype)}")
-    _no_bool(f"addmm_impl_{a.device.type}_", a)
+    _no_bool(f"addmm_impl_{a.device.type}_", a, a.dims + b.dims[1:])
     if not decide(E.eq(a.dims[1], b.dims[0]), "mm", "inner dims must match"):
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({_sizes(a)} and {_sizes(b)})")
     return prims.matmul(a, b)
@@ -86,14 +90,12 @@ def _check_batched(a: TensorProxy, b: TensorProxy, op: str) -> None:
 
 @torchop(torch.bmm, torch.Tensor.bmm, name="bmm", methods=("bmm",))
 def bmm(a: TensorProxy, b: TensorProxy) -> TensorProxy:
-    for name, x in (("batch1", a), ("batch2", b)):
-        if x.ndim != 3:
-            raise RuntimeError(f"{name} must be a 3D tensor")
-    if a.dtype != b.dtype:
-        raise RuntimeError(f"expected scalar type {_type_name(a.dtype)} but found {_type_name(b.dtype)}")
-    _no_bool("bmm", a)
     _check_batched(a, b, "bmm")
-    return prims.matmul(a, b)
+    sizes = a.dims + b.dims[2:]
+    if a.dtype != b.dtype and all(hint(s) > 0 for s in sizes):  # an empty product has batch2's dtype
+        raise RuntimeError(f"expected scalar type {_type_name(a.dtype)} but found {_type_name(b.dtype)}")
+    _no_bool("bmm", a, sizes)
+    return prims.matmul(convert(a, b.dtype), b)
 
 
 @torchop(F.linear, name="linear")
@@ -107,7 +109,10 @@ def linear(input: TensorProxy, weight: TensorProxy, bias: TensorProxy | None = N
     if input.dtype != weight.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_cpp(input.dtype)} != "
                            f"{_cpp(weight.dtype)}")  # fmt: skip
-    _no_bool(f"addmm_impl_{input.device.type}_", input)
+    rows = math.prod((hint(d) for d in input.dims[:-1]), start=1)
+    _no_bool(
+        f"addmm_impl_{input.device.type}_", input, (rows, input.dims[-1], weight.dims[0] if weight.ndim == 2 else 1)
+    )
     if bias is not None and bias.dtype != input.dtype:
         raise RuntimeError(f"self and mat2 must have the same dtype, but got {_type_name(bias.dtype)} and "
                            f"{_type_name(input.dtype)}")  # fmt: skip
@@ -140,14 +145,11 @@ def _is(x: Any, value: int, op: str) -> bool:
 def baddbmm(input: TensorProxy, batch1: TensorProxy, batch2: TensorProxy, *, beta: Any = 1,
             alpha: Any = 1) -> TensorProxy:  # fmt: skip
     """`beta * input + alpha * (batch1 @ batch2)`; with beta == 0 the input's values are ignored (even NaN)."""
-    for name, x in (("batch1", batch1), ("batch2", batch2)):
-        if x.ndim != 3:
-            raise RuntimeError(f"{name} must be a 3D tensor")
-    if len({input.dtype, batch1.dtype, batch2.dtype}) > 1:
+    if batch1.ndim == batch2.ndim == 3 and len({input.dtype, batch1.dtype, batch2.dtype}) > 1:
         raise RuntimeError(f"Input dtypes must be the same, got: input {_cpp(input.dtype)}, batch1: "
                            f"{_cpp(batch1.dtype)}, batch2: {_cpp(batch2.dtype)}")  # fmt: skip
-    _no_bool("baddbmm", input)
     _check_batched(batch1, batch2, "baddbmm")
+    _no_bool("baddbmm", input, batch1.dims + batch2.dims[2:])
     integral = not (input.dtype.is_floating_point or input.dtype.is_complex)
     alpha, beta = _scale(alpha, integral), _scale(beta, integral)
     product = prims.matmul(batch1, batch2)
@@ -158,8 +160,8 @@ def baddbmm(input: TensorProxy, batch1: TensorProxy, batch2: TensorProxy, *, bet
     return prims.add(out, added if _is(beta, 1, "baddbmm") else prims.mul(added, beta))
 
 
-# einsum: operands are contracted left to right with matmul (mul when nothing is summed), after summing out
-# the subscripts that no later operand and not the output uses.
+# einsum: operands are contracted left to right with matmul (a broadcast mul when nothing is summed, or for
+# bool), after summing out the subscripts that neither a later operand nor the output uses.
 
 _ELLIPSIS = tuple(chr(0x3B1 + i) for i in range(24))  # stand-ins for the dims under "..." (not ASCII letters)
 
@@ -207,31 +209,60 @@ def _arrange(x: TensorProxy, letters: str, order: list[str], dims: tuple | None 
     return x if dims is None or x.dims == dims else prims.reshape(x, dims)
 
 
-def _contract(a: TensorProxy, la: str, b: TensorProxy, lb: str, keep: set, sizes: dict) -> tuple:
+def _check_product(a: TensorProxy, b: TensorProxy, inner: list, rest: list, sizes: dict) -> None:
+    """Eager's errors for a contraction that runs bmm (inner size over 1, no empty operand); no guard: for other
+    sizes the torch op raises them at run time."""
+    if len(inner) == 0 or hint(_numel(sizes, inner)) <= 1 or hint(_numel(sizes, rest)) == 0:
+        return
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"expected scalar type {_type_name(a.dtype)} but found {_type_name(b.dtype)}")
+    _no_bool("bmm", a, ())
+
+
+def _numel(sizes: dict, letters: list) -> E.Expr:
+    return math.prod((sizes[c] for c in letters), start=E.const(1))
+
+
+def _by_mul(a: TensorProxy, la: str, b: TensorProxy, lb: str, groups: tuple, sizes: dict) -> TensorProxy:
+    """The contraction as a broadcast product summed over `inner` (outer products; bool operands)."""
+    batch, left, inner, right = groups
+    letters = batch + left + right + inner
+    pos = {c: i for i, c in enumerate(letters)}
+    dims = tuple(sizes[c] for c in letters)
+    a2 = prims.broadcast_in_dim(
+        _arrange(a, la, batch + left + inner), dims, tuple(pos[c] for c in batch + left + inner)
+    )
+    b2 = prims.broadcast_in_dim(
+        _arrange(b, lb, batch + inner + right), dims, tuple(pos[c] for c in batch + inner + right)
+    )
+    out = prims.mul(a2, b2)
+    if not inner:
+        return out
+    summed = prims.sum(
+        convert(out, torch.int64) if a.dtype is torch.bool else out, tuple(range(len(dims) - len(inner), len(dims)))
+    )
+    return convert(summed, a.dtype)
+
+
+def _contract(a: TensorProxy, la: str, b: TensorProxy, lb: str, keep: set, sizes: dict, dtype: torch.dtype) -> tuple:
     a, la = _sum_out(a, la, keep | set(lb))
     b, lb = _sum_out(b, lb, keep | set(la))
     batch = [c for c in la if c in lb and c in keep]
     inner = [c for c in la if c in lb and c not in keep]
     left, right = [c for c in la if c not in lb], [c for c in lb if c not in la]
-    group = [sizes[c] for c in batch]
+    _check_product(a, b, inner, batch + left + right, sizes)
+    a, b = convert(a, dtype), convert(b, dtype)
     letters = batch + left + right
-    out_dims = tuple(sizes[c] for c in letters)
-    if not inner:  # an outer product: eager multiplies
-        pos = {c: i for i, c in enumerate(letters)}
-        a2 = prims.broadcast_in_dim(_arrange(a, la, batch + left), out_dims, tuple(pos[c] for c in batch + left))
-        b2 = prims.broadcast_in_dim(_arrange(b, lb, batch + right), out_dims, tuple(pos[c] for c in batch + right))
-        return prims.mul(a2, b2), "".join(letters)
-    _no_bool("bmm", a)
+    if not inner or dtype is torch.bool:
+        return _by_mul(a, la, b, lb, (batch, left, inner, right), sizes), "".join(letters)
     if len(left) == len(inner) == len(right) == 1:
         out = prims.matmul(_arrange(a, la, batch + left + inner), _arrange(b, lb, batch + inner + right))
         return out, "".join(letters)
-
-    def numel(cs: list) -> E.Expr:
-        return math.prod((sizes[c] for c in cs), start=E.const(1))
-
-    a3 = _arrange(a, la, batch + left + inner, (*group, numel(left), numel(inner)))
-    b3 = _arrange(b, lb, batch + inner + right, (*group, numel(inner), numel(right)))
+    group = tuple(sizes[c] for c in batch)
+    a3 = _arrange(a, la, batch + left + inner, (*group, _numel(sizes, left), _numel(sizes, inner)))
+    b3 = _arrange(b, lb, batch + inner + right, (*group, _numel(sizes, inner), _numel(sizes, right)))
     out = prims.matmul(a3, b3)
+    out_dims = tuple(sizes[c] for c in letters)
     return (out if out.dims == out_dims else prims.reshape(out, out_dims)), "".join(letters)
 
 
@@ -242,9 +273,6 @@ def _einsum_operands(equation: str, operands: tuple) -> tuple[list, str, dict]:
     inputs, output = _parse(equation, [x.ndim for x in operands])
     if any(len(set(letters)) != len(letters) for letters in inputs):
         raise unsupported("einsum with a subscript repeated in one operand (a diagonal)", "use torch.diagonal")
-    if len({x.dtype for x in operands}) > 1 and any(sum(c in s for s in inputs) > 1 for c in set("".join(inputs))):
-        first, other = operands[0].dtype, next(x.dtype for x in operands if x.dtype != operands[0].dtype)
-        raise RuntimeError(f"expected scalar type {_type_name(first)} but found {_type_name(other)}")
     sizes = _letter_sizes(inputs, operands)
     ops = []
     for letters, x in zip(inputs, operands):
@@ -255,14 +283,15 @@ def _einsum_operands(equation: str, operands: tuple) -> tuple[list, str, dict]:
 
 @torchop(torch.einsum, name="einsum")
 def einsum(equation: str, *operands: Any) -> TensorProxy:
+    if not isinstance(equation, str):
+        raise unsupported("einsum in sublist format", "pass the equation as a string")
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     dtype = meta_call(torch.einsum, equation, *operands).dtype  # also eager's errors on the equation
     ops, output, sizes = _einsum_operands(equation, operands)
     cur, letters = ops[0]
-    cur = convert(cur, dtype) if len(ops) > 1 else cur
     for i, (x, lx) in enumerate(ops[1:], 1):
         keep = set(output).union(*(set(s) for _, s in ops[i + 1 :]))
-        cur, letters = _contract(cur, letters, convert(x, dtype), lx, keep, sizes)
+        cur, letters = _contract(cur, letters, x, lx, keep, sizes, dtype)
     cur, letters = _sum_out(cur, letters, set(output))
     return convert(_arrange(cur, letters, list(output)), dtype)

@@ -55,8 +55,15 @@ def cat_prim(tensors: list, dim: int) -> TensorProxy:
 
 @prims.prim("gather", impl=torch.gather, tags=("gather",))
 def gather_prim(a: TensorProxy, dim: int, index: TensorProxy) -> TensorProxy:
-    """`out[..., i, ...] = a[..., index[..., i, ...], ...]` along `dim`; int64 index, output of its shape."""
+    """`out[..., i, ...] = a[..., index[..., i, ...], ...]` along `dim`; an int index, the output of its shape."""
     return prims.new_tensor(index.dims, a.dtype, [a])
+
+
+@prims.prim("narrow", impl=torch.narrow, tags=("shape_op",))
+def narrow_prim(a: TensorProxy, dim: int, start: Any, length: Any) -> TensorProxy:
+    """`length` elements from `start` along `dim` (0 <= start <= start + length <= size): the output dim is
+    exactly `length`, where prims.slice's would be max(0, length)."""
+    return prims.new_tensor(a.dims[:dim] + (E.as_expr(length),) + a.dims[dim + 1 :], a.dtype, [a])
 
 
 @prims.prim("flip", impl=torch.flip, tags=("shape_op",))
@@ -129,9 +136,7 @@ def unflatten(a: TensorProxy, dim: int, sizes: Any) -> TensorProxy:
 def _pieces(a: TensorProxy, d: int, sizes: list) -> tuple:
     out, offset = [], E.const(0)
     for size in sizes:
-        starts = tuple(offset if i == d else E.const(0) for i in range(a.ndim))
-        ends = tuple(E.add(offset, size) if i == d else n for i, n in enumerate(a.dims))
-        out.append(prims.slice_prim(a, starts, ends, (1,) * a.ndim))
+        out.append(narrow_prim(a, d, offset, size))
         offset = E.add(offset, size)
     return tuple(out)
 
@@ -199,8 +204,9 @@ def chunk(a: TensorProxy, chunks: Any, dim: int = 0) -> tuple:
     if k == c:
         every = E.or_(E.eq(n, 0), E.gt(n, E.mul(size, c - 1)))
         decide(every, "chunk", "are there `chunks` pieces")
-    else:
-        k = _count(n, size, "chunk")
+    else:  # fewer pieces, none of them empty
+        decide(E.gt(n, E.mul(size, k - 1)), "chunk", "the number of pieces depends on the size")
+        decide(E.le(n, E.mul(size, k)), "chunk", "the number of pieces depends on the size")
     return _pieces(a, d, [size] * (k - 1) + [E.sub(n, E.mul(size, k - 1))])
 
 
@@ -254,8 +260,10 @@ def cat(tensors: Any, dim: int = 0) -> TensorProxy:
     for i, x in kept:
         for j, (size, want) in enumerate(zip(x.dims, ref.dims)):
             if j != d and not decide(E.eq(size, want), "cat", "sizes must match except in the cat dim"):
-                raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected size "
-                                   f"{hint(want)} but got size {hint(size)} for tensor number {i} in the list.")  # fmt: skip
+                raise RuntimeError(
+                    f"Sizes of tensors must match except in dimension {d}. Expected size {hint(want)} but got size "
+                    f"{hint(size)} for tensor number {i} in the list."
+                )
     return cat_prim([convert(x, dtype) for _, x in kept], d)
 
 
@@ -306,10 +314,7 @@ def narrow(a: TensorProxy, dim: int, start: Any, length: Any) -> TensorProxy:
         raise RuntimeError("narrow(): length must be non-negative.")
     if (hs + hn if hs < 0 else hs) + hl > hn:
         raise RuntimeError(f"start ({hs + hn if hs < 0 else hs}) + length ({hl}) exceeds dimension size ({hn}).")
-    begin = _wrap_start(s, n)
-    starts = tuple(begin if i == d else E.const(0) for i in range(a.ndim))
-    ends = tuple(E.add(begin, length) if i == d else size for i, size in enumerate(a.dims))
-    return prims.slice_prim(a, starts, ends, (1,) * a.ndim)
+    return narrow_prim(a, d, _wrap_start(s, n), length)
 
 
 # The gather family. Out-of-range index values are data-dependent: the torch ops raise for them at run time.
@@ -318,6 +323,10 @@ def narrow(a: TensorProxy, dim: int, start: Any, length: Any) -> TensorProxy:
 @torchop(torch.index_select, torch.Tensor.index_select, name="index_select", methods=("index_select",))
 def index_select(a: TensorProxy, dim: int, index: TensorProxy) -> TensorProxy:
     meta_call(torch.index_select, a, dim, index)
+    if index.dtype not in (torch.int32, torch.int64):  # meta accepts it; the kernels do not
+        raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
+    if index.ndim > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
     idx = convert(index, torch.int64)
     if a.ndim == 0:
         count = hint(_numel(index.dims))
@@ -333,13 +342,21 @@ def index_select(a: TensorProxy, dim: int, index: TensorProxy) -> TensorProxy:
 
 @torchop(torch.gather, torch.Tensor.gather, name="gather", methods=("gather",))
 def gather(a: TensorProxy, dim: int, index: TensorProxy, *, sparse_grad: bool = False) -> TensorProxy:
-    meta_call(torch.gather, a, dim, index)
     d = canonical_dim(dim, a.ndim)
+    if hint(_numel(index.dims)):  # eager checks a non-empty index only; no guard: torch checks it at run time
+        _check_gather_index(a, d, index)
+    return gather_prim(a, d, index)
+
+
+def _check_gather_index(a: TensorProxy, d: int, index: TensorProxy) -> None:
+    if index.dtype not in (torch.int32, torch.int64):
+        raise RuntimeError("gather(): Expected dtype int32/int64 for index")
+    if max(index.ndim, 1) != max(a.ndim, 1):
+        raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
     for j, (want, have) in enumerate(zip(index.dims, a.dims)):
-        if j != d and hint(want) > hint(have):  # no guard: the output has the index's shape; torch checks this
+        if j != d and hint(want) > hint(have):
             raise RuntimeError(f"Size does not match at dimension {j} expected index {fmt_shape(index.dims)} to be no "
                                f"larger than self {fmt_shape(a.dims)} apart from dimension {d}")  # fmt: skip
-    return gather_prim(a, d, index)
 
 
 @torchop(torch.take_along_dim, torch.Tensor.take_along_dim, name="take_along_dim", methods=("take_along_dim",))
@@ -409,9 +426,10 @@ def roll(a: TensorProxy, shifts: Any, dims: Any = None) -> TensorProxy:
     return out
 
 
-@torchop(torch.flip, torch.Tensor.flip, name="flip", methods=("flip",))
+@torchop(torch.flip, torch.Tensor.flip, name="flip", methods=("flip",), impl=torch.Tensor.flip)
 def flip(a: TensorProxy, *dims: Any, **kwargs: Any) -> TensorProxy:
-    ds = tuple(canonical_dim(d, a.ndim) for d in (shape_arg(dims) if dims else shape_arg((kwargs["dims"],))))
+    """Tensor.flip takes varargs or a sequence (torch's argument parser rejects `torch.flip(x, 0)` itself)."""
+    ds = tuple(canonical_dim(d, a.ndim) for d in (shape_arg(dims) if dims else tuple(kwargs["dims"])))
     for d in ds:
         if ds.count(d) > 1:
             raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
