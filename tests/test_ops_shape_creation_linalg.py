@@ -185,10 +185,6 @@ TRIANGLES_ROLL_FLIP = [
     _same("flip-repeated", lambda x: x.flip((0, -2)), [(X2,)]),
 ]
 
-EMPTY_XFAIL = (
-    "specengine/ops/utils.py: meta_value builds its meta stand-ins with torch.empty while tracing, so "
-    "torch.empty cannot be always-traced: a torch.empty with constant sizes runs eagerly and is a constant tensor"
-)
 CREATION = [
     _same("arange", lambda x: (torch.arange(5), torch.arange(1, 4), torch.arange(6, 0, -2)), [(X2,)], static=True),
     _same(
@@ -238,7 +234,7 @@ CREATION = [
     _same("ltorch.eye-symbolic", lambda x: (ltorch.eye(x.shape[0]), ltorch.eye(x.shape[0], x.shape[1])), [(X2,)]),
     _same("eye-negative", lambda x: torch.eye(2, -1), [(X2,)]),
     _same("ltorch.eye-negative", lambda x, k: ltorch.eye(k), [(X2, K)]),
-    _same("empty-const", lambda x: torch.empty(2, 3).fill_(1) + x[:1, :1], [(X2,)], xfail=EMPTY_XFAIL),
+    _same("empty-const", lambda x: torch.empty(2, 3).fill_(1) + x[:1, :1], [(X2,)]),
     _case("empty-symbolic", lambda x: torch.empty(x.shape[0], dtype=torch.int64).fill_(2), [(X2,)]),
 ]
 

@@ -135,7 +135,7 @@ def ones(*size: Any, dtype: torch.dtype | None = None, device: Any = None, **opt
 
 
 # torch.empty is not always traced: utils.meta_value calls it while tracing, for meta stand-ins.
-@torchop(torch.empty, name="empty")
+@torchop(torch.empty, name="empty", always_traced=True)
 def empty(*size: Any, dtype: torch.dtype | None = None, device: Any = None, **options: Any) -> TensorProxy:
     return _full(_varargs(size, options), 0, dtype or _default_float(), _device(device), "empty", **options)
 

@@ -208,7 +208,10 @@ def _slice_impl(a: torch.Tensor, starts: tuple, ends: tuple, steps: tuple) -> to
 @prim("slice", impl=_slice_impl, tags=("shape_op",))
 def slice(a: TensorProxy, starts: tuple, ends: tuple, steps: tuple) -> TensorProxy:  # noqa: A001 - traces print prims.slice
     dims = []
-    for s, e, k in zip(starts, ends, steps):
+    for s, e, k, d in zip(starts, ends, steps, a.dims):
+        if E.as_expr(s).is_const and E.as_expr(s).value == 0 and k == 1 and E.as_expr(e) is d:
+            dims.append(d)  # an untouched dim keeps its size
+            continue
         length = E.sub(E.as_expr(e), E.as_expr(s))
         dims.append(E.maximum(E.floordiv(E.add(length, k - 1), k), 0))
     return new_tensor(tuple(dims), a.dtype, [a])

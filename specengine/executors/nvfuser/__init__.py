@@ -49,7 +49,9 @@ class NvFuserExecutor:
         if not is_fusible(bsym):
             return None
         if self.backend == "nvfuser" and (
-            bsym.sym.name not in LOWERABLE or not all(t.device.type == "cuda" for t in tensor_inputs(bsym))
+            bsym.sym.name not in LOWERABLE
+            or bsym.kwargs_dict.get("rounding_mode") is not None  # the lowering has true division only
+            or not all(t.device.type == "cuda" for t in tensor_inputs(bsym))
         ):
             return None
         impl = self._impls.get(bsym.sym)
