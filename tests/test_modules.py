@@ -117,8 +117,9 @@ def test_tied_weights_and_numeric_submodule_names():
         check(cfn, model, torch.randn(n, 4))
     assert counts(cfn) == (1, 1)
     prologue = str(specengine.last_prologue(cfn))
-    assert "self.layers._modules['0'].weight" in prologue
-    assert "self.layers._modules['1'].weight" not in prologue  # the tied tensor is one input
+    assert "self._modules['layers']._modules['0']._parameters['weight']" in prologue  # dicts, not __getattr__
+    assert "self._modules['layers']._modules['1']._parameters['weight']" not in prologue  # tied: one input
+    assert "self.layers._modules['0'].weight.shape[0] == 4" in [str(g) for g in specengine.last_guards(cfn)]
     with torch.no_grad():
         model.layers[0].weight.mul_(2)
     check(cfn, model, torch.randn(2, 4))

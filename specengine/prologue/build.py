@@ -152,7 +152,7 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
     if specs.module is not None:
         st.glb["self"] = specs.module
     for p in specs.state:
-        st.steps.append(f"{p.local} = {p.path}")
+        st.steps.append(f"{p.local} = {specs.access.get(p.local, p.path)}")
         _unpack(st, p, set(), dict(solution.pinned))
     for leaf in specs.leaves():
         if isinstance(leaf, TensorSpec) and leaf.local in contiguous:
@@ -190,7 +190,8 @@ def build_index_key(fn_name: str, specs: InputSpecs, pinned: dict[str, int]) -> 
     dispatch finds them without running every prologue. Returns None when nothing is pinned.
     """
     sources = _symbol_sources(specs)
-    pins = sorted(pinned, key=lambda s: E.sym(s).sort_key)
+    # module state is checked by the prologue; the index is for what varies between calls: the inputs
+    pins = sorted((s for s in pinned if not specs.sources[s].startswith("self")), key=lambda s: E.sym(s).sort_key)
     if not pins:
         return None
     lines, parts, read = [], [], set()

@@ -78,6 +78,7 @@ class InputSpecs:
     state: tuple = ()  # an nn.Module's parameters, buffers and plain attributes (paths start with `self`)
     module: Any = None
     marks: dict[str, Mark] = field(default_factory=dict)  # symbol -> mark_dynamic of its dim
+    access: dict[str, str] = field(default_factory=dict)  # local of module state -> fast code reaching it
     hints: dict[str, int] = field(default_factory=dict)
     ranges: dict[str, Range] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # symbol -> Python text over input names
@@ -200,6 +201,13 @@ def module_path(qualname: str, kind: str) -> str:
     return path
 
 
+def module_access(qualname: str, kind: str) -> str:
+    """Code reaching a submodule, parameter or buffer from `self` through the module dicts (no __getattr__)."""
+    parts = qualname.split(".") if qualname else []
+    kinds = ["_modules"] * (len(parts) - 1) + [kind] if parts else []
+    return "self" + "".join(f".{k}[{p!r}]" for k, p in zip(kinds, parts))
+
+
 def _module_state(builder: _Builder, module: torch.nn.Module) -> tuple:
     """Specs of every parameter and buffer (tied tensors once) and of the plain attributes forward may read."""
     specs, seen = [], set()
@@ -208,11 +216,13 @@ def _module_state(builder: _Builder, module: torch.nn.Module) -> tuple:
             if id(t) not in seen:
                 seen.add(id(t))
                 specs.append(builder.build(module_path(qual, kind), t))
+                builder.specs.access[specs[-1].local] = module_access(qual, kind)
     for qual, sub in module.named_modules():
         base = module_path(qual, "_modules")
         for attr, value in vars(sub).items():
             if not attr.startswith("_") and type(value) in _PLAIN:
                 specs.append(ConstSpec(f"{base}.{attr}", builder.local(f"{base}.{attr}"), value))
+                builder.specs.access[specs[-1].local] = f"{module_access(qual, '_modules')}.{attr}"
     return tuple(specs)
 
 

@@ -1,0 +1,1 @@
+"""Example models compiled by the demo, the tests and the benchmarks."""
