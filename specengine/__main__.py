@@ -49,7 +49,7 @@ def main() -> None:
             print(f"  {g}    # {g.provenance}")
     print(f"  ... and {len(static)} guards pinning parameter and buffer shapes (static by default)")
     print("=== counts ===")
-    print(f"{len(SIZES)} calls over B in (1, 2, 4) x T in (1, 8, 17, 32): "
+    print(f"{len(SIZES)} shapes over B in (1, 2, 4) x T in (1, 8, 17, 32), timing runs included: "
           f"misses={specengine.cache_misses(cfn)} hits={specengine.cache_hits(cfn)}")  # fmt: skip
     print("=== timing (ms; first call includes the compile) ===")
     print(f"{'B':>3} {'T':>4} {'first call':>11} {'eager':>8} {'specengine':>11} {'x eager':>8}")
