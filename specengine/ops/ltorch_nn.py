@@ -1,8 +1,7 @@
-"""Neural-network ops: embedding, norms, dropout, scaled_dot_product_attention, losses; data-dependent ops.
+"""Neural-network ops (embedding, norms, dropout, scaled_dot_product_attention, losses) and data-dependent ops.
 
-Decompositions compute in the op's opmath dtype (float32 for float16 and bfloat16), as the CPU kernels do.
-Sizes that may be 0 need no decision: maxima use `prims.nn_amax_init` (the max of nothing is -inf) and means
-divide by symbolic counts (0 / 0 is eager's nan).
+Decompositions compute in opmath (float32 for float16/bfloat16) as the CPU kernels do. Sizes that may be 0 need
+no decision: maxima use `prims.amax_ninf` (the max of nothing is -inf), means divide by symbolic counts.
 """
 
 from __future__ import annotations
@@ -35,35 +34,24 @@ def _ltorch() -> Any:
     return ltorch
 
 
-# Prims.
-
-
-def _amax_init_impl(a: torch.Tensor, dims: tuple, init: float) -> torch.Tensor:
-    if all(a.shape[d] for d in dims):
-        return torch.amax(a, dims).clamp_min(init)
-    return torch.full([s for i, s in enumerate(a.shape) if i not in dims], init, dtype=a.dtype, device=a.device)
-
-
-@prims.prim("nn_amax_init", impl=_amax_init_impl, tags=("reduction",))
-def nn_amax_init(a: TensorProxy, dims: tuple, init: float) -> TensorProxy:
-    """The max over `dims` of `a` and `init`: reducing an empty dim gives `init`."""
-    return prims.new_tensor(tuple(d for i, d in enumerate(a.dims) if i not in dims), a.dtype, [a])
-
-
-@prims.prim("nn_gather", impl=torch.gather, tags=("indexing",))
-def nn_gather(a: TensorProxy, dim: int, index: TensorProxy) -> TensorProxy:
-    """torch.gather: out[..., i, ...] = a[..., index[..., i, ...], ...] along `dim` (int64 indices)."""
-    return prims.new_tensor(index.dims, a.dtype, [a])
+# Prims. Also used: prims.amax_ninf (ltorch_reductions: amax, -inf over an empty dim) and prims.gather
+# (ltorch_shape_more), looked up when an op is traced.
 
 
 def _bernoulli_impl(shape: tuple, p: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, device=device).bernoulli_(p)
+    return torch.empty(shape, dtype=dtype, device=device).bernoulli_(p)  # as ATen's dropout draws its noise
 
 
 @prims.prim("nn_bernoulli", impl=_bernoulli_impl, tags=("random",), pure=False)
 def nn_bernoulli(shape: tuple, p: float, dtype: torch.dtype, device: torch.device) -> TensorProxy:
     """Ones with probability `p`, else zeros; draws from torch's generator exactly as eager dropout does."""
     return prims.new_tensor(shape, dtype, [], device)
+
+
+@prims.prim("nn_fma", impl=lambda a, b, c: torch.addcmul(c, a, b), tags=("elementwise",))
+def nn_fma(a: TensorProxy, b: TensorProxy, c: TensorProxy) -> TensorProxy:
+    """a * b + c (one rounding where the CPU has fused multiply-add)."""
+    return prims.new_tensor(a.dims, a.dtype, [a, b, c])
 
 
 def _causal_mask_impl(rows: int, cols: int, device: torch.device) -> torch.Tensor:
@@ -113,17 +101,18 @@ def _check_floating(x: TensorProxy, kernel: str) -> None:
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{_type_name(x.dtype)}'")
 
 
+def _check_log_softmax(x: TensorProxy, dim: int) -> None:
+    _check_floating(x, "log_softmax_lastdim_kernel_impl" if dim == x.ndim - 1 else "log_softmax_kernel_impl")
+
+
 def _log_softmax(x: TensorProxy, dim: int) -> TensorProxy:
-    up = convert(x, _opmath(x.dtype))
-    shifted = prims.sub(up, _expand_reduced(nn_amax_init(up, (dim,), NEG_INF), up.dims, (dim,)))
-    lse = prims.log(prims.sum(prims.exp(shifted), (dim,)))
-    return convert(prims.sub(shifted, _expand_reduced(lse, up.dims, (dim,))), x.dtype)
+    return _ltorch().log_softmax(x, dim)  # ltorch_reductions: rounds where eager's float16/bfloat16 kernels do
 
 
 def _safe_softmax(s: TensorProxy) -> TensorProxy:
     """Softmax over the last dim; rows with no finite score (fully masked or empty) are 0, as in eager sdpa."""
     last = (s.ndim - 1,)
-    m = nn_amax_init(s, last, NEG_INF)
+    m = prims.amax_ninf(s, last)
     dead = prims.eq(m, NEG_INF)
     e = prims.exp(prims.sub(s, _expand_reduced(prims.where(dead, 0.0, m), s.dims, last)))
     p = prims.div(e, _expand_reduced(prims.sum(e, last), s.dims, last))
@@ -142,13 +131,14 @@ def _embed(indices: TensorProxy, weight: TensorProxy) -> TensorProxy:
                            "arguments for embedding)")  # fmt: skip
     k = _numel(indices.dims)
     flat = prims.reshape(convert(indices, torch.int64), (k,))
-    rows = nn_gather(weight, 0, prims.broadcast_in_dim(flat, (k, weight.dims[1]), (0,)))
+    rows = prims.gather(weight, 0, prims.broadcast_in_dim(flat, (k, weight.dims[1]), (0,)))
     return prims.reshape(rows, indices.dims + (weight.dims[1],))
 
 
 @torchop(F.embedding, name="embedding")
 def embedding(input: TensorProxy, weight: TensorProxy, padding_idx: Any = None, max_norm: Any = None,
-              norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> TensorProxy:  # fmt: skip
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+              sparse: bool = False) -> TensorProxy:  # fmt: skip
     _no_outside_tensors(input, weight)
     if padding_idx is not None and weight.ndim:
         p, n = value_expr(padding_idx), weight.dims[0]
@@ -212,12 +202,17 @@ def _check_params_dtype(x: TensorProxy, params: tuple) -> None:
             raise RuntimeError(f"expected scalar type {_type_name(x.dtype)} but found {_type_name(p.dtype)}")
 
 
-def _normalize(x: TensorProxy, reduced: tuple, eps: float) -> TensorProxy:
-    """(x - mean) / sqrt(var + eps) over `reduced`, with the biased variance."""
+def _normalize(x: TensorProxy, reduced: tuple, eps: float, fused: bool = False) -> TensorProxy:
+    """(x - mean) / sqrt(var + eps) over `reduced`, with the biased variance; `fused`: as fma(x, rstd, -mean *
+    rstd), the rounding of the CPU layer_norm kernel for float16/bfloat16 (visible where var is 0)."""
     n = _numel(tuple(x.dims[i] for i in reduced))
-    xc = prims.sub(x, _expand_reduced(prims.div(prims.sum(x, reduced), n), x.dims, reduced))
-    var = prims.div(prims.sum(prims.mul(xc, xc), reduced), n)
-    return prims.mul(xc, _expand_reduced(prims.pow(prims.add(var, eps), -0.5), x.dims, reduced))
+    mean = prims.div(prims.sum(x, reduced), n)
+    xc = prims.sub(x, _expand_reduced(mean, x.dims, reduced))
+    rstd = prims.pow(prims.add(prims.div(prims.sum(prims.mul(xc, xc), reduced), n), eps), -0.5)
+    if fused:
+        shift = prims.neg(prims.mul(mean, rstd))
+        return nn_fma(x, _expand_reduced(rstd, x.dims, reduced), _expand_reduced(shift, x.dims, reduced))
+    return prims.mul(xc, _expand_reduced(rstd, x.dims, reduced))
 
 
 def _affine(y: TensorProxy, weight: Any, bias: Any, at: tuple) -> TensorProxy:
@@ -237,7 +232,7 @@ def layer_norm(input: TensorProxy, normalized_shape: Any, weight: Any = None, bi
     _check_params_dtype(input, (weight, bias))
     _check_floating(input, "LayerNormKernelImpl")
     dims = tuple(range(input.ndim - len(ns), input.ndim))
-    y = _normalize(convert(input, _opmath(input.dtype)), dims, eps)
+    y = _normalize(convert(input, _opmath(input.dtype)), dims, eps, fused=_opmath(input.dtype) != input.dtype)
     return convert(_affine(y, weight, bias, dims), input.dtype)
 
 
@@ -279,8 +274,9 @@ def _group_norm(input: TensorProxy, num_groups: Any, weight: Any, bias: Any, eps
                            f"shape {fmt_shape(input.dims)} and num_groups={hint(g)}")  # fmt: skip
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and not (p.ndim == 1 and decide(E.eq(p.dims[0], c), "group_norm", f"{name} size is C")):
-            raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of channels in input, but "
-                               f"got {name} of shape {fmt_shape(p.dims)} and input of shape {fmt_shape(input.dims)}")
+            raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of channels in input, "
+                               f"but got {name} of shape {fmt_shape(p.dims)} and input of shape "
+                               f"{fmt_shape(input.dims)}")  # fmt: skip
     _check_params_dtype(input, (weight, bias))
     _check_floating(input, "GroupNormKernelImpl")
     x = convert(input, _opmath(input.dtype))
@@ -340,67 +336,87 @@ def torch_dropout(input: TensorProxy, p: float, train: bool) -> TensorProxy:
 
 # Attention.
 
+_SDPA = "scaled_dot_product_attention"
 _C10_NAMES = {torch.float32: "float", torch.float64: "double", torch.int64: "long int", torch.int32: "int",
               torch.bfloat16: "c10::BFloat16", torch.float16: "c10::Half", torch.bool: "bool"}  # fmt: skip
+_c10 = lambda dtype: _C10_NAMES.get(dtype, str(dtype))  # noqa: E731
 
 
-def _c10(dtype: torch.dtype) -> str:
-    return _C10_NAMES.get(dtype, str(dtype))
-
-
-def _check_attn_mask(q: TensorProxy, k: TensorProxy, mask: TensorProxy) -> None:
-    """The mask is added in place to the scores (batch, L, S): it must broadcast into them.
-
-    Checked on the example sizes without a guard: the output shape does not depend on it, and for sizes where
-    it fails the torch op raises this error at run time.
-    """
-    if mask.dtype not in (torch.bool, torch.float32, q.dtype):
-        raise RuntimeError("Expected attn_mask dtype to be bool or float or to match query dtype, but got "
-                           f"attn_mask.dtype: {_c10(mask.dtype)} and  query.dtype: {_c10(q.dtype)} instead.")  # fmt: skip
-    if mask.ndim < 2:
-        raise IndexError("Dimension specified as -2 but tensor has no dimensions" if mask.ndim == 0 else
-                         "Dimension out of range (expected to be in range of [-1, 0], but got -2)")  # fmt: skip
-    batch = torch.broadcast_shapes(*(tuple(hint(d) for d in t.dims[:-2]) for t in (q, k)))
-    scores, sizes = [*batch, hint(q.dims[-2]), hint(k.dims[-2])], [hint(d) for d in mask.dims]
-    out = list(torch.broadcast_shapes(scores, sizes))  # eager's error where they do not broadcast
-    if out != scores:
-        raise RuntimeError(f"output with shape {scores} doesn't match the broadcast shape {out}")
-
-
-def _check_sdpa(q: TensorProxy, k: TensorProxy, v: TensorProxy, mask: Any, is_causal: bool) -> None:
-    op = "scaled_dot_product_attention"
+def _check_sdpa(q: TensorProxy, k: TensorProxy, v: TensorProxy, mask: Any) -> None:
+    """The checks eager makes whatever the sizes."""
     if min(q.ndim, k.ndim, v.ndim) < 2:
         raise RuntimeError("Expected query, key, and value to all be  at least 2 dimensional, but got query.dim: "
                            f"{q.ndim} key.dim: {k.ndim} and value.dim: {v.ndim} instead.")  # fmt: skip
     if not q.dtype == k.dtype == v.dtype:
-        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: "
-                           f"{_c10(q.dtype)} key.dtype: {_c10(k.dtype)} and value.dtype: {_c10(v.dtype)} instead.")
+        raise RuntimeError("Expected query, key, and value to have the same dtype, but got query.dtype: "
+                           f"{_c10(q.dtype)} key.dtype: {_c10(k.dtype)} and value.dtype: {_c10(v.dtype)} "
+                           "instead.")  # fmt: skip
+    if mask is not None and mask.dtype not in (torch.bool, torch.float32, q.dtype):
+        raise RuntimeError("Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+                           f"attn_mask.dtype: {_c10(mask.dtype)} and  query.dtype: {_c10(q.dtype)} "
+                           "instead.")  # fmt: skip
+
+
+def _size_error(batch: tuple, want: E.Expr, got: E.Expr) -> RuntimeError:
+    b = hint(_numel(batch))
+    return RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{b}, {hint(want)}] but "
+                        f"got: [{b}, {hint(got)}].")  # fmt: skip
+
+
+def _sdpa_error(q: TensorProxy, k: TensorProxy, v: TensorProxy, mask: Any, dropout_p: float, is_causal: bool,
+                gqa: bool) -> Exception | None:  # fmt: skip
+    """The first failing check of those eager skips when the attention is empty. The batch broadcast is checked
+    on the example sizes without a guard (as `broadcast_pair` does); the torch op raises where it fails."""
     if not q.dtype.is_floating_point:
-        raise RuntimeError(f"expected scalar type Float but found {_type_name(q.dtype)}")
+        return RuntimeError(f"expected scalar type Float but found {_type_name(q.dtype)}")
     if is_causal and mask is not None:
-        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
-    if not decide(E.eq(q.dims[-1], k.dims[-1]), op, "query and key have the same embedding dim"):
-        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
-                           f"[{hint(_numel(k.dims[:-2]))}, {hint(q.dims[-1])}] but got: "
-                           f"[{hint(_numel(k.dims[:-2]))}, {hint(k.dims[-1])}].")  # fmt: skip
-    if not decide(E.eq(k.dims[-2], v.dims[-2]), op, "key and value have the same length"):
-        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
-                           f"[{hint(_numel(v.dims[:-2]))}, {hint(k.dims[-2])}] but got: "
-                           f"[{hint(_numel(v.dims[:-2]))}, {hint(v.dims[-2])}].")  # fmt: skip
+        return RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    if dropout_p != 0:
+        return unsupported(f"{_SDPA}(dropout_p>0)", "attention dropout is random per call; pass dropout_p=0.0 "
+                           "(e.g. outside training) or apply F.dropout to explicit attention weights")  # fmt: skip
+    heads = [t.dims[-3] for t in (k, v) if gqa and q.ndim >= 3 and t.ndim >= 3]
+    if any(not (decide(E.gt(h, 0), _SDPA, "heads") and decide(E.eq(E.mod(q.dims[-3], h), 0), _SDPA, "heads divide"))
+           for h in heads):  # fmt: skip
+        return RuntimeError("Number of heads in key and value must divide the number of heads in query")
+    if not decide(E.eq(q.dims[-1], k.dims[-1]), _SDPA, "query and key have the same embedding dim"):
+        return _size_error(k.dims[:-2], q.dims[-1], k.dims[-1])
+    if not decide(E.eq(k.dims[-2], v.dims[-2]), _SDPA, "key and value have the same length"):
+        return _size_error(v.dims[:-2], k.dims[-2], v.dims[-2])
+    batches = [tuple(q.dims[-3] if heads and i == t.ndim - 3 else d for i, d in enumerate(t.dims[:-2]))
+               for t in (q, k, v)]  # fmt: skip
+    try:
+        torch.broadcast_shapes(*([hint(d) for d in b] for b in batches))
+    except RuntimeError as e:
+        return e
+    scores = broadcast_shapes(batches[0], batches[1]) + (q.dims[-2], k.dims[-2])
+    return None if mask is None else _mask_error(mask, scores)
+
+
+def _mask_error(mask: TensorProxy, scores: tuple) -> Exception | None:
+    """The mask is added in place to the scores: it broadcasts to their shape (decided: the decomposition
+    expands it, and eager skips the add, so does not raise, when the attention is empty)."""
+    if mask.ndim < 2:
+        return IndexError("Dimension specified as -2 but tensor has no dimensions" if mask.ndim == 0 else
+                          "Dimension out of range (expected to be in range of [-1, 0], but got -2)")  # fmt: skip
+    want, sizes = [hint(d) for d in scores], [hint(d) for d in mask.dims]
+    try:
+        out = list(torch.broadcast_shapes(want, sizes))
+    except RuntimeError as e:
+        return e
+    fits = [E.or_(E.eq(d, 1), E.eq(d, s)) for d, s in zip(mask.dims[::-1], scores[::-1])]
+    if out != want or not decide(E.and_(*fits), _SDPA, "attn_mask broadcasts to the scores"):
+        return RuntimeError(f"output with shape {want} doesn't match the broadcast shape {out}")
+    return None
 
 
 def _repeat_heads(q: TensorProxy, kv: TensorProxy) -> TensorProxy:
     """enable_gqa: each key/value head serves H_q / H_kv consecutive query heads (repeat_interleave on dim -3)."""
     if q.ndim < 3 or kv.ndim < 3:
         return kv
-    hq, hk, op = q.dims[-3], kv.dims[-3], "scaled_dot_product_attention"
-    divides = decide(E.gt(hk, 0), op, "key/value heads") and decide(E.eq(E.mod(hq, hk), 0), op, "heads divide")
-    if not divides:
-        raise RuntimeError("Number of heads in key and value must divide the number of heads in query")
-    lead = kv.ndim - 3
-    dims = kv.dims[:lead] + (hk, E.floordiv(hq, hk)) + kv.dims[-2:]
+    lead, hk = kv.ndim - 3, kv.dims[-3]
+    dims = kv.dims[:lead] + (hk, E.floordiv(q.dims[-3], hk)) + kv.dims[-2:]
     repeated = prims.broadcast_in_dim(kv, dims, (*range(lead + 1), lead + 2, lead + 3))
-    return prims.reshape(repeated, kv.dims[:lead] + (hq,) + kv.dims[-2:])
+    return prims.reshape(repeated, kv.dims[:lead] + (q.dims[-3],) + kv.dims[-2:])
 
 
 def _scaled(q: TensorProxy, k: TensorProxy, scale: Any) -> tuple[TensorProxy, TensorProxy]:
@@ -414,19 +430,21 @@ def _scaled(q: TensorProxy, k: TensorProxy, scale: Any) -> tuple[TensorProxy, Te
     return prims.mul(q, -root if scale < 0 else root), prims.mul(k, root)
 
 
-@torchop(F.scaled_dot_product_attention, name="scaled_dot_product_attention")
+@torchop(F.scaled_dot_product_attention, name=_SDPA)
 def scaled_dot_product_attention(query: TensorProxy, key: TensorProxy, value: TensorProxy, attn_mask: Any = None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: Any = None,
                                  enable_gqa: bool = False) -> TensorProxy:  # fmt: skip
+    """Eager returns zeros without its other checks when L, S, E_v or the key's or value's batch is 0."""
     _no_outside_tensors(query, key, value, attn_mask)
-    _check_sdpa(query, key, value, attn_mask, is_causal)
-    if dropout_p != 0:
-        raise unsupported("scaled_dot_product_attention(dropout_p>0)", "attention dropout is random per call; pass "
-                          "dropout_p=0.0 (e.g. outside training) or apply F.dropout to explicit attention weights")
+    _check_sdpa(query, key, value, attn_mask)
+    error = _sdpa_error(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    if error is not None:
+        empty = [query.dims[-2], key.dims[-2], value.dims[-1], _numel(key.dims[:-2]), _numel(value.dims[:-2])]
+        if not decide(E.or_(*(E.eq(d, 0) for d in empty)), _SDPA, "eager skips its checks when empty"):
+            raise error
+        return prims.full(query.dims[:-1] + value.dims[-1:], 0, query.dtype, query.device)
     if enable_gqa:
         key, value = _repeat_heads(query, key), _repeat_heads(query, value)
-    if attn_mask is not None:
-        _check_attn_mask(query, key, attn_mask)
     lt, dtype = _ltorch(), _opmath(query.dtype)
     q, k = _scaled(convert(query, dtype), convert(key, dtype), scale)
     scores = lt.matmul(q, lt.transpose(k, -2, -1))
@@ -485,12 +503,12 @@ def _class_losses(logp: TensorProxy, target: TensorProxy, weight: Any, ignore_in
         index = prims.reshape(safe, (E.const(1),))
     else:
         index = _expand_reduced(safe, logp.dims[:1] + (E.const(1),) + logp.dims[2:], (1,))
-    picked = prims.reshape(nn_gather(logp, cdim, index), out_dims)
+    picked = prims.reshape(prims.gather(logp, cdim, index), out_dims)
     ignored = prims.reshape(ignored, out_dims)
     if weight is None:
         w = prims.where(ignored, 0.0, prims.full(out_dims, 1.0, logp.dtype, logp.device))
     else:
-        gathered = nn_gather(weight, 0, prims.reshape(safe, (_numel(t.dims),)))
+        gathered = prims.gather(weight, 0, prims.reshape(safe, (_numel(t.dims),)))
         w = prims.where(ignored, 0.0, prims.reshape(gathered, out_dims))
     return prims.where(ignored, 0.0, prims.neg(prims.mul(picked, w))), w, ignored
 
@@ -498,7 +516,7 @@ def _class_losses(logp: TensorProxy, target: TensorProxy, weight: Any, ignore_in
 def _ce_class(input: TensorProxy, target: TensorProxy, weight: Any, ignore_index: int, reduction: str,
               smoothing: float) -> TensorProxy:  # fmt: skip
     cdim = 0 if input.ndim == 1 else 1
-    _check_floating(input, "log_softmax_lastdim_kernel_impl" if cdim == input.ndim - 1 else "log_softmax_kernel_impl")
+    _check_log_softmax(input, cdim)
     _check_class_targets(input, target, weight)
     logp = _log_softmax(input, cdim)
     loss, w, ignored = _class_losses(logp, target, weight, ignore_index, cdim)
@@ -528,7 +546,6 @@ def _ce_probs(input: TensorProxy, target: TensorProxy, weight: Any, ignore_index
                            f"classes but got weight tensor of shape: {fmt_shape(weight.dims)}")  # fmt: skip
     if smoothing > 1:
         raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {smoothing:g}")
-    _check_floating(input, "log_softmax_lastdim_kernel_impl" if cdim == input.ndim - 1 else "log_softmax_kernel_impl")
     if smoothing > 0:
         spread = prims.div(prims.full((), smoothing, target.dtype, target.device), c)
         target = lt.add(lt.mul(target, 1 - smoothing), spread)
@@ -582,14 +599,12 @@ def _weighted_mse(input: TensorProxy, target: TensorProxy, weight: TensorProxy, 
     if not _same_dims(weight.dims, input.dims, "mse_loss", "weight has the input's shape"):
         raise ValueError("Weights and input must have the same size.")
     lt = _ltorch()
+    if reduction not in ("none", "sum", "mean"):
+        raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.")
     errors = lt.mul(lt.pow(lt.sub(input, target), 2), weight)
     if reduction == "none":
         return errors
-    if reduction == "sum":
-        return lt.sum(errors)
-    if reduction == "mean":
-        return lt.div(lt.sum(errors), lt.sum(weight))
-    raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.")
+    return lt.sum(errors) if reduction == "sum" else lt.div(lt.sum(errors), lt.sum(weight))
 
 
 # Data-dependent ops: their output shapes depend on tensor values, which a trace does not know.

@@ -164,6 +164,9 @@ def flatten(a: TensorProxy, start_dim: int = 0, end_dim: int = -1) -> TensorProx
 def _index_key(a: TensorProxy, key: Any) -> list:
     key = list(key) if isinstance(key, tuple) else [key]
     for k in key:
+        if isinstance(k, (TensorProxy, torch.Tensor)) and k.dtype in (torch.bool, torch.uint8):
+            raise unsupported("boolean mask indexing x[mask]", "its output shape depends on the mask's values; "
+                              "keep the shape with torch.where(mask, x, 0), or index outside the compiled function")  # fmt: skip
         if isinstance(k, (TensorProxy, torch.Tensor, list)) or isinstance(k, bool):
             raise unsupported("advanced indexing", "index with ints, slices, None and ... (issue 4 adds more)")
     specified = sum(1 for k in key if k is not None and k is not Ellipsis)
