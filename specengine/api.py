@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
+from torch.utils import _pytree as pytree
 
 from specengine.cache import Cache, CacheEntry
 from specengine.codegen import callable_target, function_name
@@ -25,6 +26,7 @@ from specengine.prologue.build import build_index_key, build_prologue
 from specengine.prologue.codegen import Prologue
 from specengine.prologue.inputs import InputSpecs, describe_inputs
 from specengine.provenance import Provenance
+from specengine.trace import context as trace_context
 from specengine.trace import passes
 from specengine.trace.interpreter import trace_function
 from specengine.trace.proxies import NumberProxy
@@ -101,6 +103,8 @@ class CompiledFunction:
         return None
 
     def _miss(self, args: tuple, kwargs: dict) -> Any:
+        if trace_context.current() is not None:  # called while tracing (e.g. recursion): trace through it
+            return self._fn(*args, **kwargs)
         with self._lock:  # one compile at a time per function; dispatch stays lock-free
             found = self._lookup(args, kwargs)  # another thread may have compiled it meanwhile
             if found is not None:
@@ -115,12 +119,13 @@ class CompiledFunction:
 
     def _compile(self, args: tuple, kwargs: dict) -> tuple[CacheEntry, tuple]:
         reasons = [e.prologue.explain(args, kwargs) or "passed" for e in self._entries]
+        auto_dynamic, seen = self._auto_dynamic, self._seen
         if self._options.dynamic is None:
             current = self._source_values(args, kwargs)
-            changed = {src for src, v in current.items() if src in self._seen and self._seen[src] != v}
-            self._auto_dynamic |= changed
-            self._seen = {**current, **self._seen}
-        entry = compile_entry(self._fn, args, kwargs, self._options, self._auto_dynamic)
+            auto_dynamic = auto_dynamic | {src for src, v in current.items() if src in seen and seen[src] != v}
+            seen = {**current, **seen}
+        entry = compile_entry(self._fn, args, kwargs, self._options, auto_dynamic)
+        self._auto_dynamic, self._seen = auto_dynamic, seen  # only a completed compile changes any state
         self._cache.add(entry, reasons)
         self._entries = self._cache.entries
         self._last_compiled = entry
@@ -240,7 +245,7 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     traces += computation
     times["solve"] = time.perf_counter()
     prologue, guards = _prologue_stage(fn, specs, solution, traces[-1], uses_default_dtype, contiguous)
-    entry_fn = traces[-1].python_callable()
+    entry_fn = _with_output_types(traces[-1].python_callable(), traces[-1].output)
     times["codegen"] = time.perf_counter()
     key = (_static_key(specs), solution.key, torch.is_grad_enabled(), uses_default_dtype and torch.get_default_dtype(),
            _autocast_state())  # fmt: skip
@@ -250,6 +255,25 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     entry = CacheEntry(prologue, entry_fn, traces, guards, solution, key, index, stats)
     entry.prologue_sources = specs.sources.__getitem__
     return entry
+
+
+def _with_output_types(computation: Callable, output: Any) -> Callable:
+    """Namedtuples in the output print as plain tuples in the trace: rebuild them around the computation."""
+    if not _has_tuple_subclass(output):
+        return computation
+    spec = pytree.tree_structure(output)
+
+    def rebuilt(*args: Any) -> Any:
+        return pytree.tree_unflatten(pytree.tree_leaves(computation(*args)), spec)
+
+    return rebuilt
+
+
+def _has_tuple_subclass(x: Any) -> bool:
+    if isinstance(x, tuple) and type(x) is not tuple:
+        return True
+    children = x.values() if isinstance(x, dict) else x if isinstance(x, (tuple, list)) else ()
+    return any(_has_tuple_subclass(c) for c in children)
 
 
 def _stats(times: dict[str, float], decider: Decider, solution: Solution) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import linecache
+import weakref
 from typing import Any, Callable
 
 _counter = itertools.count()
@@ -22,13 +23,16 @@ def exec_source(source: str, name: str, globals_: dict[str, Any]) -> Callable:
         globals_: the module globals the source runs with (copied).
 
     Returns:
-        The function object; its code's filename is a `<specengine-...>` entry in `linecache`.
+        The function object; its code's filename is a `<specengine-...>` entry in `linecache`, removed when
+        the function is collected (compiled functions that are deleted leave nothing behind).
     """
     filename = f"<specengine-{name}-{next(_counter)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     namespace = dict(globals_)
     exec(compile(source, filename, "exec"), namespace)
-    return namespace[name]
+    fn = namespace[name]
+    weakref.finalize(fn, linecache.cache.pop, filename, None)  # the source lives as long as the function
+    return fn
 
 
 class _Name:

@@ -140,3 +140,66 @@ def test_equivalence_beyond_syntax_is_decided_by_z3():
     assert subsumes(a, b) and subsumes(b, a)  # but z3 proves them equivalent
     c = solve(E.eq(E.mod(s0, 3), 0), hints=hints)
     assert not subsumes(c, a) and not subsumes(a, c)
+
+
+def _reshapes(a, b, c):
+    x = a.reshape(-1, 6)
+    y = b.reshape(x.shape[0], -1)
+    z = c.reshape(-1, y.shape[1] * 2)
+    if a.shape[0] * a.shape[1] > b.shape[0] * b.shape[1] * b.shape[2] - c.shape[0]:
+        return x.sum() + y.sum() + z.sum()
+    return x.sum() - y.sum() - z.sum()
+
+
+_RESHAPE_CALLS = [((4, 9), (2, 3, 10), (10, 6)), ((2, 3), (1, 2, 5), (5, 4)), ((6, 6), (3, 2, 6), (3, 8)),
+                  ((3, 4), (2, 2, 3), (4, 3)), ((12, 1), (1, 1, 12), (6, 4)), ((4, 9), (2, 3, 10), (10, 6))]  # fmt: skip
+
+
+def _sweep(cfn):
+    for shapes in _RESHAPE_CALLS:
+        args = [torch.randn(*s) for s in shapes]
+        try:
+            expected = _reshapes(*args)
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                cfn(*args)
+            continue
+        torch.testing.assert_close(cfn(*args), expected)
+
+
+def test_a_1ms_solver_timeout_warns_keeps_stronger_guards_and_stays_correct(monkeypatch):
+    normal = specengine.compile(_reshapes, dynamic=True)
+    _sweep(normal)
+    monkeypatch.setattr(specengine.config, "solver_timeout_ms", 1)
+    hurried = specengine.compile(_reshapes, dynamic=True)
+    with pytest.warns(SolverWarning, match="z3 gave up"):
+        _sweep(hurried)
+    assert specengine.cache_misses(hurried) >= specengine.cache_misses(normal)
+    # Stronger: every input that an entry of the hurried function accepts, some normal entry accepts too.
+    for shapes in _RESHAPE_CALLS + [((n, 6), (n, 2, 3), (n, 12)) for n in range(6)]:
+        args = [torch.randn(*s) for s in shapes]
+        for entry in specengine.cache_entries(hurried):
+            if entry.prologue.fn(*args) is not None:
+                assert any(e.prologue.fn(*args) is not None for e in specengine.cache_entries(normal)), shapes
+
+
+def test_z3_raising_specializes_fully_and_stays_correct(monkeypatch):
+    def boom(self, *a):
+        raise z3.Z3Exception("injected")
+
+    monkeypatch.setattr(z3.Solver, "check", boom)
+    cfn = specengine.compile(_reshapes, dynamic=True)
+    with pytest.warns(SolverWarning, match="specializing every symbol"):
+        _sweep(cfn)
+    for entry in specengine.cache_entries(cfn):
+        assert all(str(g).endswith(tuple(f"== {v}" for v in range(13))) for g in entry.guards)  # every size pinned
+    distinct = {s for s in _RESHAPE_CALLS if _valid(s)}
+    assert specengine.cache_misses(cfn) == len(specengine.cache_entries(cfn)) == len(distinct)
+
+
+def _valid(shapes):
+    try:
+        _reshapes(*[torch.randn(*s) for s in shapes])
+    except RuntimeError:
+        return False
+    return True

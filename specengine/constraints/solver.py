@@ -132,8 +132,10 @@ class Solver:
         classes, pinned, eq_prov = self._classes_and_pins()
         rep = {s: classes.find(s) for s in self._symbols() if classes.find(s) != s}
         rest = self._substituted(rep, pinned)
-        for s, v in self._implicit_pins(rest, pinned).items():
-            pinned[s] = v
+        implicit = self._implicit_pins(rest, pinned)
+        if implicit:
+            pinned.update(implicit)
+            pinned.update({s: pinned[r] for s, r in rep.items() if r in pinned})  # a pinned class pins its members
             rest = self._substituted(rep, pinned)
         expr_pins = _expression_pins(rest)
         rest = self._minimize(rest, pinned)

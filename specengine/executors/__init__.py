@@ -77,7 +77,8 @@ def _claim(bsym: BoundSymbol, executors: Sequence[Executor], out: list, requests
         where = bsym.source.where if bsym.source else "<unknown>"
         raise UnsupportedOpError(bsym.sym.print_name, where, "no executor claims it; add the torch executor")
     for sub in bsym.subsymbols:
-        _claim(sub.with_(source=sub.source or bsym.source), executors, out, requests)
+        _claim(sub.with_(source=sub.source or bsym.source, may_raise=sub.may_raise or bsym.may_raise), executors, out,
+               requests)  # fmt: skip
 
 
 def _claims_all(ex: Executor, bsyms: Sequence[BoundSymbol]) -> bool:

@@ -7,6 +7,7 @@ op's symbolic shape rules and decisions, and serves executors that only run prim
 from __future__ import annotations
 
 import builtins  # ltorch.any/all/max/min/sum shadow the builtins in this module
+import math
 import operator
 from typing import Any
 
@@ -267,15 +268,28 @@ def _check_inner(k1: E.Expr, k2: E.Expr, a: TensorProxy, b: TensorProxy) -> None
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({ashape} and {bshape})")
 
 
+def _mixed_dtypes(a: TensorProxy, b: TensorProxy) -> TensorProxy:
+    """Operands of different dtypes: eager raises, except on its batched (bmm) path, which returns early, in
+    b's dtype, when the output or the contraction is empty. That path is taken when both operands are at least
+    3-D, or for 2-D @ 3-D+ unless the 2-D operand requires grad (then eager folds it into a matmul)."""
+    folded = a.ndim == 2 and a.requires_grad and torch.is_grad_enabled()
+    if (a.ndim >= 3 and b.ndim >= 3) or (a.ndim == 2 and b.ndim >= 3 and not folded):
+        out = broadcast_shapes(a.dims[:-2], b.dims[:-2]) + (a.dims[-2], b.dims[-1])
+        empty = E.or_(E.eq(math.prod(out, start=E.const(1)), 0), E.eq(a.dims[-1], 0))
+        if decide(empty, "matmul", "operands of different dtypes only multiply when the result is empty"):
+            return convert(a, b.dtype)
+    raise RuntimeError(f"expected both matmul operands to have the same dtype, but got {a.dtype} and {b.dtype}")
+
+
 @torchop(torch.matmul, torch.Tensor.matmul, name="matmul", methods=("matmul", "__matmul__"))
 def matmul(a: TensorProxy, b: TensorProxy) -> TensorProxy:
     if a.ndim == 0 or b.ndim == 0:
         raise RuntimeError("both arguments to matmul need to be at least 1D, but they are "
                            f"{a.ndim}D and {b.ndim}D")  # fmt: skip
-    meta_call(torch.matmul, a, b)
-    if a.dtype != b.dtype:  # meta promotes; the kernels do not
-        raise RuntimeError(f"expected both matmul operands to have the same dtype, but got {a.dtype} and {b.dtype}")
     _check_inner(a.dims[-1], b.dims[0] if b.ndim == 1 else b.dims[-2], a, b)
+    if a.dtype != b.dtype:  # meta promotes; the kernels do not
+        a = _mixed_dtypes(a, b)
+    meta_call(torch.matmul, a, b)
     if a.ndim == 1 and b.ndim == 1:
         return prims.sum(prims.mul(a, expand_to(b, a.dims)), (0,))
     a2 = prims.broadcast_in_dim(a, (E.const(1), a.dims[0]), (1,)) if a.ndim == 1 else a

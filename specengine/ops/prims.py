@@ -41,6 +41,8 @@ def new_tensor(dims: tuple, dtype: torch.dtype, like: list[Any], device: torch.d
     """A fresh output proxy on `device`, by default the device of the tensors in `like`."""
     tensors = [t for t in like if isinstance(t, TensorProxy)]
     device = device or (tensors[0].device if tensors else torch.device("cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        torch.cuda._lazy_init()  # raises eager's error (no CUDA build, or no device) while tracing, not at run time
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     grad = grad and (dtype.is_floating_point or dtype.is_complex)
     return TensorProxy(context.require().names.fresh("t"), dims, dtype, device, grad)

@@ -80,10 +80,18 @@ def has_proxy(tree: Any) -> bool:
 
 
 def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
-    """Route a torch call seen while tracing to its symbol; calls without proxies run eagerly."""
+    """Route a torch call seen while tracing to its symbol; calls without proxies run eagerly.
+
+    An in-place op on a real tensor (one closed over from outside) would mutate it only while tracing, never on
+    cached calls: it is rejected. (Meta tensors are the stand-ins that decompositions run torch's checks on.)
+    """
+    sym = TORCH_TABLE.get(func)
+    if sym is not None and not sym.pure and args and isinstance(args[0], torch.Tensor) and not args[0].is_meta:
+        name = torch.overrides.resolve_name(func) or sym.name
+        raise unsupported(f"{name} on a tensor closed over from outside",
+                          "it would mutate the tensor only while tracing; pass the tensor as an argument")  # fmt: skip
     if func not in ALWAYS_TRACED and not has_proxy((args, kwargs)):
         return func(*args, **kwargs)
-    sym = TORCH_TABLE.get(func)
     if sym is not None:
         return sym(*args, **kwargs)
     name = torch.overrides.resolve_name(func) or repr(func)

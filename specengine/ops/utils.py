@@ -70,6 +70,7 @@ def broadcast_pair(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
         raise RuntimeError(
             f"The size of tensor a ({hx}) must match the size of tensor b ({hy}) at non-singleton dimension {index}"
         )
+    context.require().may_raise()  # unguarded: the op raises at run time where the sizes do not broadcast
     if x.is_const or y.is_const:
         return x if x.is_const else y  # a size other than 1 is the result wherever the pair is valid
     return E.ite(E.eq(x, 1), y, x)
@@ -105,7 +106,8 @@ def convert(a: Any, dtype: torch.dtype) -> Any:
 def meta_value(x: Any) -> Any:
     """A stand-in for dtype rules: a meta tensor of the same rank and dtype, or the hint of a number."""
     if isinstance(x, TensorProxy):
-        return torch.empty((1,) * x.ndim, dtype=x.dtype, device="meta")
+        with torch._C.DisableTorchFunction():  # the tracing mode would trace (always-traced) torch.empty
+            return torch.empty((1,) * x.ndim, dtype=x.dtype, device="meta")
     if isinstance(x, NumberProxy):
         return x.hint
     if isinstance(x, (tuple, list)):

@@ -25,9 +25,10 @@ class Check:
     provenance: str = ""
     indexed: bool = False  # implied when the entry was found through the dispatch index (a pinned value)
 
-    def message(self, env: dict[str, Any], glb: dict[str, Any]) -> str:
+    def message(self, actual: tuple) -> str:
+        """The failure message, given the actual values of `values` (computed by the generated explainer)."""
         where = f" ({self.provenance})" if self.provenance else ""
-        shown = ", ".join(f"{label} = {_show(eval(src, glb, env))}" for label, src in self.values)
+        shown = ", ".join(f"{label} = {_show(v)}" for (label, _), v in zip(self.values, actual))
         return f"{self.text}{where} failed" + (f": {shown}" if shown else "")
 
 
@@ -85,9 +86,9 @@ class Prologue:
 
     def explain(self, args: tuple, kwargs: dict) -> str | None:
         """The first failing check for these inputs, with actual values; None if all pass."""
-        index, env = self._explain(*args, **kwargs)
+        index, actual = self._explain(*args, **kwargs)
         checks = [s for s in self.steps if isinstance(s, Check)]
-        return None if index < 0 else checks[index].message(env, self.globals)
+        return None if index < 0 else checks[index].message(actual)
 
 
 def _render(name: str, sig: str, steps: list, returns: Sequence[str], fast: bool) -> str:
@@ -103,7 +104,8 @@ def _render(name: str, sig: str, steps: list, returns: Sequence[str], fast: bool
     for step in steps:
         if isinstance(step, Check):
             if not fast:
-                lines.append(f"  if {step.fail}: return {k}, locals()")
+                actual = "".join(f"{src}, " for _, src in step.values)
+                lines.append(f"  if {step.fail}: return {k}, ({actual})")
             elif step.provenance:
                 flush()
                 lines.append(f"  if {step.fail}: return None  # {step.provenance}")
@@ -115,5 +117,5 @@ def _render(name: str, sig: str, steps: list, returns: Sequence[str], fast: bool
             lines.append(f"  {step}")
     flush()
     ret = "(" + "".join(f"{r}, " for r in returns) + ")"
-    lines.append(f"  return {ret}" if fast else "  return -1, locals()")
+    lines.append(f"  return {ret}" if fast else "  return -1, ()")
     return "\n".join(lines) + "\n"

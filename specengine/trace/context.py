@@ -41,6 +41,7 @@ class TraceState:
         self.decider = decider
         self.names = names
         self.scopes: list[list] = [[]]
+        self.raises: list[bool] = [False]  # per scope: whether an op recorded there may raise at run time
         self.uses_default_dtype = False
 
     @property
@@ -53,12 +54,19 @@ class TraceState:
 
         source = user_frame(sym.name) if len(self.scopes) == 1 else None
         self.scopes.append([])
+        self.raises.append(False)
         try:
             out = sym.meta(*args, **kwargs)
         finally:
             subsymbols = tuple(self.scopes.pop())
-        self.scopes[-1].append(BoundSymbol(sym, args, tuple(kwargs.items()), out, subsymbols, source))
+            raises = self.raises.pop()
+        self.raises[-1] = self.raises[-1] or raises  # an op whose decomposition may raise may raise
+        self.scopes[-1].append(BoundSymbol(sym, args, tuple(kwargs.items()), out, subsymbols, source, raises))
         return out
+
+    def may_raise(self) -> None:
+        """The op being recorded checked something on the example sizes only (see BoundSymbol.may_raise)."""
+        self.raises[-1] = True
 
     def decide(self, b: E.Expr, op: str, reason: str) -> bool:
         """Decide a comparison on symbols, recording a constraint unless it is implied."""

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
+import os
+import types
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import torch
 
+from specengine.codegen import callable_target
 from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
 from specengine.constraints.floats import FloatExpr
+from specengine.errors import UnsupportedOpError
 from specengine.prologue.inputs import ConstSpec, DictSpec, FloatSpec, InputSpecs, IntSpec, SeqSpec, TensorSpec
+from specengine.trace import effects
 from specengine.trace.context import NameGen, TraceState, tracing
-from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
+from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy, unsupported
 from specengine.trace.symbol import tree_leaves
 from specengine.trace.trace import Trace
 
@@ -88,11 +94,28 @@ def _owner(module: torch.nn.Module, qual: str) -> tuple[torch.nn.Module, str]:
     return module, name
 
 
+_OUTPUT_LEAVES = (Proxy, E.Expr, FloatExpr, torch.dtype, torch.device, bool, int, float, complex, str, slice,
+                  type(None), type(Ellipsis))  # fmt: skip
+
+
 def _check_output(out: Any) -> None:
     for x in tree_leaves(out):
         if isinstance(x, torch.Tensor):
             raise unsupported("returning a tensor not computed from the inputs",
                               "pass the tensor as an argument (issue 4 adds constant tensors)")  # fmt: skip
+        if isinstance(x, (types.GeneratorType, collections.abc.Iterator)):
+            raise unsupported("returning a generator", "it would be consumed once; return a tuple or list instead")
+        if not isinstance(x, _OUTPUT_LEAVES):
+            raise unsupported(f"returning a {type(x).__name__}",
+                              "return tensors and numbers, or tuples, lists and dicts of them")  # fmt: skip
+
+
+def _check_function(target: Callable) -> None:
+    code = getattr(target, "__code__", None)
+    if code is not None and code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        raise UnsupportedOpError("a generator function", f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}",
+                                 "calling it only creates a generator; compile a function that returns its "
+                                 "results (e.g. a list)")  # fmt: skip
 
 
 def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[Trace, TraceState]:
@@ -109,7 +132,9 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     values = [_proxy(p, names, specs.hints) for p in specs.params]
     state_values = [_proxy(p, names, specs.hints) for p in specs.state]
     args, kwargs = _call_args(specs.signature, values)
-    with tracing(state), TraceMode(), swapped_state(specs.module, specs.state, state_values):
+    target = callable_target(fn)
+    _check_function(target)
+    with tracing(state), TraceMode(), swapped_state(specs.module, specs.state, state_values), effects.checked(target):
         out = fn(*args, **kwargs)
     _check_output(out)
     params = tuple(x for x in tree_leaves(values + state_values) if isinstance(x, (TensorProxy, NumberProxy)))

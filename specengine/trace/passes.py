@@ -24,12 +24,15 @@ def _names_used(value: Any) -> set[str]:
 
 
 def dce(trace: Trace) -> Trace:
-    """Dead code elimination: drop pure bound symbols none of whose outputs is used."""
+    """Dead code elimination: drop pure bound symbols none of whose outputs is used.
+
+    Ops that may raise at run time (`BoundSymbol.may_raise`, e.g. an unguarded broadcast) stay: eager raises there.
+    """
     live = _names_used(trace.output)
     kept: list[BoundSymbol] = []
     for bsym in reversed(trace.bsyms):
         outs = [o.name for o in bsym.flat_outs() if isinstance(o, Proxy)]
-        if not bsym.sym.pure or any(n in live for n in outs):
+        if not bsym.sym.pure or bsym.may_raise or any(n in live for n in outs):
             kept.append(bsym)
             live |= _names_used((bsym.args, [v for _, v in bsym.kwargs]))
     return trace.with_("Dead Code Elimination", bsyms=tuple(reversed(kept)))
@@ -155,7 +158,7 @@ def flatten(trace: Trace) -> Trace:
             out.append(bsym)
             return
         for sub in bsym.subsymbols:
-            visit(sub.with_(source=sub.source or bsym.source))
+            visit(sub.with_(source=sub.source or bsym.source, may_raise=sub.may_raise or bsym.may_raise))
 
     for b in trace.bsyms:
         visit(b)

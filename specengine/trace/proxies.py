@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import torch
@@ -115,6 +116,15 @@ class TensorProxy(Proxy):
     def __bool__(self) -> bool:
         raise unsupported("Tensor.__bool__", "branching on tensor data is data-dependent; use torch.where")
 
+    def __str__(self) -> str:
+        raise unsupported(
+            "str(Tensor)", "formatting tensor data is data-dependent; print outside the compiled function"
+        )
+
+    def __format__(self, spec: str) -> str:
+        raise unsupported("format(Tensor)", "formatting tensor data is data-dependent; format outside the compiled "
+                          "function")  # fmt: skip
+
     def item(self) -> Any:
         raise unsupported("Tensor.item", "reading tensor data is data-dependent; keep the value a tensor")
 
@@ -136,8 +146,13 @@ class TensorProxy(Proxy):
         return f'<TensorProxy {self.name}: "{self.type_string()}">'
 
 
-class NumberProxy(Proxy):
-    """An int or bool whose value is a symbolic expression; `hint` is the example value."""
+class NumberProxy(Proxy, torch.SymInt):
+    """An int, float or bool whose value is a symbolic expression; `hint` is the example value.
+
+    It subclasses `torch.SymInt` only so that torch's argument parser lets it through to our
+    torch-function mode (`torch.arange(n)`, `torch.full((n, 2), v)`); it has no SymNode, and every
+    SymInt protocol it does not implement symbolically pins its value with a recorded guard.
+    """
 
     __slots__ = ("expr", "hint", "python_type")
     __hash__ = object.__hash__
@@ -170,6 +185,20 @@ class NumberProxy(Proxy):
     def __round__(self, ndigits: int | None = None) -> Any:
         return round(self._pin("round", "round() needs a concrete value"), ndigits)
 
+    def __len__(self) -> int:
+        raise TypeError(f"object of type '{self.python_type.__name__}' has no len()")
+
+    def __str__(self) -> str:
+        return str(self._value("str", "str() needs a concrete value"))
+
+    def __format__(self, spec: str) -> str:
+        return format(self._value("format", "formatting (an f-string) needs a concrete value"), spec)
+
+    def _value(self, op: str, reason: str) -> Any:
+        """The concrete value, as its Python type (a guard pins it)."""
+        value = self._pin(op, reason)
+        return bool(value) if self.python_type is bool else value
+
     def _pin(self, op: str, reason: str) -> Any:
         if self.expr.is_bool:
             return int(context.require().decide(self.expr, op, reason))
@@ -184,6 +213,10 @@ class NumberProxy(Proxy):
 
 _FLOAT_OPS = {"sym_add": "+", "sym_sub": "-", "sym_mul": "*", "sym_eq": "==", "sym_ne": "!=", "sym_lt": "<",
               "sym_le": "<=", "sym_gt": ">", "sym_ge": ">="}  # fmt: skip
+
+
+_SYMBOLS = {"sym_add": "+", "sym_sub": "-", "sym_mul": "*", "sym_floordiv": "//", "sym_mod": "%", "sym_and": "&",
+            "sym_or": "|"}  # fmt: skip
 
 
 def _is_float(x: Any) -> bool:
@@ -213,6 +246,10 @@ def _number_binary(prim_name: str, py_op: Callable, reflected: bool = False) -> 
         if type(other) is float:
             value = float(self)
             return py_op(other, value) if reflected else py_op(value, other)
+        if reflected and prim_name in _SYMBOLS and not isinstance(other, Sequence):  # (sequences repeat)
+            # the left operand declined already: raise Python's own message, which would name NumberProxy
+            raise TypeError(f"unsupported operand type(s) for {_SYMBOLS[prim_name]}: '{type(other).__name__}' "
+                            f"and '{self.python_type.__name__}'")  # fmt: skip
         return NotImplemented
 
     return method
@@ -256,6 +293,27 @@ def _install_number_ops() -> None:
 
 
 _install_number_ops()
+
+
+def _install_pinning_fallbacks() -> None:
+    """SymInt protocols without a symbolic rule: computed on the pinned value (a guard is recorded)."""
+    unary = {"__ceil__": math.ceil, "__floor__": math.floor, "__trunc__": math.trunc, "__sym_float__": float,
+             "__sym_sqrt__": math.sqrt, "__sym_cos__": math.cos, "__sym_sin__": math.sin, "__sym_tan__": math.tan,
+             "__sym_cosh__": math.cosh, "__sym_sinh__": math.sinh, "__sym_tanh__": math.tanh,
+             "__sym_acos__": math.acos, "__sym_asin__": math.asin, "__sym_atan__": math.atan}  # fmt: skip
+    for name, fn in unary.items():
+        setattr(NumberProxy, name, lambda self, fn=fn: fn(_concrete(self)))
+    binary = {"__lshift__": operator.lshift, "__rshift__": operator.rshift, "__xor__": operator.xor,
+              "__sym_max__": max, "__sym_min__": min, "__pow_by_natural__": operator.pow,
+              "__float_pow__": operator.pow, "__float_truediv__": operator.truediv,
+              "__int_floordiv__": operator.floordiv, "__int_truediv__": operator.truediv}  # fmt: skip
+    for name, fn in binary.items():
+        setattr(NumberProxy, name, lambda self, other, fn=fn: fn(_concrete(self), _concrete(other)))
+        reflected = name.replace("__", "__r", 1)
+        setattr(NumberProxy, reflected, lambda self, other, fn=fn: fn(_concrete(other), _concrete(self)))
+
+
+_install_pinning_fallbacks()
 
 
 def _concrete(x: Any) -> Any:

@@ -42,7 +42,11 @@ class Symbol:
 
 @dataclass(frozen=True, eq=False)
 class BoundSymbol:
-    """One op application in a trace. A torch-level op keeps its decomposition as `subsymbols`."""
+    """One op application in a trace. A torch-level op keeps its decomposition as `subsymbols`.
+
+    `may_raise` marks an op whose validity was checked on the example sizes without a guard (an unguarded
+    broadcast): for later inputs the op itself raises eager's error, so it runs even when its result is unused.
+    """
 
     sym: Symbol
     args: tuple
@@ -50,6 +54,7 @@ class BoundSymbol:
     output: Any
     subsymbols: tuple[BoundSymbol, ...] = ()
     source: Provenance | None = None
+    may_raise: bool = False  # checked only on the example sizes: raises at run time where it fails (never DCE'd)
 
     @property
     def kwargs_dict(self) -> dict[str, Any]:

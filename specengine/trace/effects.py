@@ -1,0 +1,99 @@
+"""Python side effects while tracing, which would run once (at trace time) and never on cached calls.
+
+Two are rejected with UnsupportedOpError, where they happen:
+
+- `print`: while any thread traces, `builtins.print` is a wrapper that raises in a tracing context and forwards
+  everywhere else (other threads, and code outside compiled functions, print as usual);
+- assigning (or deleting) a global of the traced function's module: the module's globals are compared before
+  and after tracing.
+
+Other side effects (mutating a global list, writing a file) cannot be seen and run only while tracing.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dis
+import os
+import threading
+import types
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from specengine.errors import UnsupportedOpError
+from specengine.trace import context
+
+_lock = threading.Lock()
+_depth = 0
+_saved_print: Callable = builtins.print
+_MISSING = object()
+
+
+def _guarded_print(*args: Any, **kwargs: Any) -> None:
+    if context.current() is not None:
+        from specengine.trace.proxies import unsupported
+
+        raise unsupported("print", "it would run only while tracing, never on cached calls; print outside the "
+                          "compiled function, or return the values to print")  # fmt: skip
+    return _saved_print(*args, **kwargs)
+
+
+def _install() -> None:
+    global _depth, _saved_print
+    with _lock:
+        if _depth == 0 and builtins.print is not _guarded_print:
+            _saved_print = builtins.print
+            builtins.print = _guarded_print
+        _depth += 1
+
+
+def _uninstall() -> None:
+    global _depth
+    with _lock:
+        _depth -= 1
+        if _depth == 0 and builtins.print is _guarded_print:  # leave alone a print someone else installed
+            builtins.print = _saved_print
+
+
+@contextmanager
+def checked(target: Callable) -> Iterator[None]:
+    """Trace `target` with print rejected; after it returns, reject assignments to its module's globals."""
+    glb = getattr(target, "__globals__", None)
+    before = dict(glb) if isinstance(glb, dict) else None
+    _install()
+    try:
+        yield
+    finally:
+        _uninstall()
+    if before is not None:
+        _check_globals(target, before, glb)
+
+
+def _check_globals(target: Callable, before: dict, after: dict) -> None:
+    names = sorted(k for k in before.keys() | after.keys() if not (k.startswith("__") and k.endswith("__")))
+    changed = [k for k in names if before.get(k, _MISSING) is not after.get(k, _MISSING)]
+    if changed:
+        code = getattr(target, "__code__", None)
+        where = _store_site(code, changed[0]) if code is not None else "<unknown>"
+        raise UnsupportedOpError(f"assigning the global {changed[0]!r}", where,
+                                 "it would happen only while tracing, never on cached calls; return the new value "
+                                 "and assign it outside the compiled function")  # fmt: skip
+
+
+def _store_site(code: types.CodeType, name: str) -> str:
+    """file:line of the first STORE_GLOBAL/DELETE_GLOBAL of `name` in `code` (nested code included)."""
+    for c in _codes(code):
+        line = c.co_firstlineno
+        for ins in dis.get_instructions(c):
+            n = ins.line_number if hasattr(ins, "line_number") else ins.starts_line  # Python 3.13 / before
+            line = n if isinstance(n, int) and not isinstance(n, bool) else line
+            if ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") and ins.argval == name:
+                return f"{os.path.basename(c.co_filename)}:{line}"
+    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+
+
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)

@@ -1,0 +1,195 @@
+"""One test per engine bug found by the fuzzer (tests/test_fuzz.py, bench/fuzz.py) or the reliability tests."""
+
+from __future__ import annotations
+
+import collections
+import gc
+import linecache
+
+import pytest
+import torch
+from helpers import counts, guards, run_both
+
+import specengine
+
+
+def test_matmul_of_mixed_dtypes_with_an_empty_result_returns_like_eager():
+    # Eager's bmm path returns early (in b's dtype) when the result or the contraction is empty; the engine used to
+    # raise for every pair of dtypes (fuzzer, ltorch.py:_mixed_dtypes).
+    def f(a, b):
+        return a @ b
+
+    cfn = specengine.compile(f, dynamic=True)
+    f32, f64 = torch.float32, torch.float64
+    for sa, sb in [((0, 2, 3), (0, 3, 4)), ((2, 2, 0), (2, 0, 3)), ((2, 3), (2, 3, 0)), ((2, 2, 3), (2, 3, 4))]:
+        out = run_both(f, cfn, [torch.randn(*sa, dtype=f32), torch.randn(*sb, dtype=f64)])
+        if isinstance(out, torch.Tensor):
+            assert out.dtype is f64
+    run_both(f, cfn, [torch.randn(0, 2, 3, dtype=f32), torch.randn(3, 4, dtype=f64)])  # the folded path raises
+
+
+def test_an_implicit_pin_pins_every_member_of_the_class():
+    # `s1 == s0`, then `s0 <= 2` and `s0 > 1` pin s0 to 2 through z3; s1 stayed "equal to s0" while s0 was no longer
+    # read by the prologue: NameError at the first call (fuzzer, solver.py:Solver._solve).
+    def f(x):
+        y = x @ x
+        if y.shape[1] <= 2:
+            y = y.abs()
+        if x.shape[0] <= 1:
+            return y.tanh(), 5 // y.numel()
+        return y - 1.5, 5 // y.numel()
+
+    cfn = specengine.compile(f, dynamic=True)
+    run_both(f, cfn, [torch.randn(2, 2)])
+    assert guards(cfn) == ["x.shape[0] == 2", "x.shape[1] == 2"]
+    run_both(f, cfn, [torch.randn(3, 3)])
+    assert counts(cfn) == (2, 0)
+
+
+def test_an_unused_broadcast_still_raises_like_eager():
+    # Broadcasts are unguarded (the op raises at run time), but dead-code elimination dropped an unused one, so the
+    # compiled function returned where eager raised (fuzzer, passes.py:dce, context.py:TraceState.may_raise).
+    def f(x, y):
+        unused = x + y  # noqa: F841 - eager raises here for sizes that do not broadcast
+        return x * 2, (x + y).shape[0]
+
+    cfn = specengine.compile(f, dynamic=True)
+    for a, b in [(3, 3), (3, 2), (2, 1), (4, 4), (0, 5)]:
+        run_both(f, cfn, [torch.randn(a), torch.randn(b)])
+    assert counts(cfn) == (1, 4)
+    assert "torch.add(x, y)" in str(specengine.last_traces(cfn)[-1])
+
+
+def test_inplace_op_on_a_closed_over_tensor_is_rejected():
+    # It crashed with AttributeError ('Tensor' object has no attribute 'dims'); without a proxy argument it mutated
+    # the tensor once, at trace time only (registry.py:dispatch_torch).
+    buf = torch.zeros(3)
+
+    def f(a):
+        buf.add_(a)
+        return a * 2
+
+    def g(a):
+        buf.zero_()
+        return a * 2
+
+    for fn in (f, g):
+        cfn = specengine.compile(fn, dynamic=True)
+        with pytest.raises(specengine.UnsupportedOpError, match=r"_ on a tensor closed over from outside .*test_reg"):
+            cfn(torch.ones(3))
+        assert counts(cfn) == (0, 0)
+    assert torch.equal(buf, torch.zeros(3))
+
+
+@pytest.mark.parametrize(
+    ("fn", "what"),
+    [
+        (lambda a: (a * i for i in range(2)), "returning a generator"),
+        (lambda a: {1, 2}, "returning a set"),
+        (lambda a: (a, object), "returning a type"),
+    ],
+)
+def test_unsupported_outputs_are_rejected_clearly(fn, what):
+    # They raised TypeError("cannot print ... in a trace") from the trace printer (interpreter.py:_check_output).
+    cfn = specengine.compile(fn, dynamic=True)
+    with pytest.raises(specengine.UnsupportedOpError, match=what):
+        cfn(torch.ones(3))
+    assert counts(cfn) == (0, 0)
+
+
+def test_a_generator_function_is_rejected_clearly():
+    # It raised TypeError("cannot print generator value ...") (interpreter.py:_check_function).
+    def gen(a):
+        yield a * 2
+
+    cfn = specengine.compile(gen, dynamic=True)
+    with pytest.raises(specengine.UnsupportedOpError, match=r"a generator function .*test_regressions.py:\d+"):
+        cfn(torch.ones(3))
+    assert counts(cfn) == (0, 0)
+
+
+def test_operand_type_errors_name_python_types_not_proxies():
+    # `None * a.size(0)` said "... 'NoneType' and 'NumberProxy'" (proxies.py:_number_binary).
+    def f(a, b):
+        return a * b.size(0)
+
+    cfn = specengine.compile(f, dynamic=True)
+    with pytest.raises(TypeError, match=r"unsupported operand type\(s\) for \*: 'NoneType' and 'int'$"):
+        cfn(None, torch.ones(2))
+    assert counts(cfn) == (0, 0)
+
+
+def test_a_failed_compile_does_not_mark_sizes_dynamic():
+    # Under dynamic=None, a call whose compile failed still recorded its sizes as "changed", so a later recompile
+    # made them symbolic: the failed compile changed the cache's state (api.py:CompiledFunction._compile).
+    def f(x, n):
+        return x.reshape(2, -1) * n
+
+    cfn = specengine.compile(f)
+    run_both(f, cfn, [torch.randn(2), 1])
+    run_both(f, cfn, [torch.randn(3), 1])  # eager's RuntimeError; the compile fails
+    run_both(f, cfn, [torch.randn(2), 2])  # n changed: it becomes symbolic; x.shape[0] did not change
+    assert counts(cfn) == (2, 0)
+    assert "x.shape[0] == 2" in guards(cfn)
+
+
+def test_recursion_through_the_compiled_function_is_traced_through():
+    # The recursive call hit the CompiledFunction while tracing, which started a nested compile on proxies and
+    # crashed with KeyError (api.py:CompiledFunction._miss).
+    @specengine.compile(dynamic=True)
+    def power(a, n):
+        return a if n <= 0 else power(a * 2, n - 1)
+
+    x = torch.randn(3)
+    torch.testing.assert_close(power(x, 3), x * 8)
+    torch.testing.assert_close(power(torch.ones(5), 3), torch.full((5,), 8.0))
+    torch.testing.assert_close(power(x, 2), x * 4)
+    assert counts(power) == (2, 1)
+
+
+def test_formatting_a_size_pins_it():
+    # f"{a.shape[0]}" and str(n) gave '<NumberProxy s0: int s0>': a silently wrong result
+    # (proxies.py:NumberProxy.__format__, __str__).
+    def f(a, n):
+        return a * 2, f"{a.shape[0]}:{n:>3}", str(n > 1)
+
+    cfn = specengine.compile(f, dynamic=True)
+    for size, n in [(3, 2), (3, 2), (4, 2), (3, 0)]:
+        a = torch.randn(size)
+        assert cfn(a, n)[1:] == f(a, n)[1:]
+    assert counts(cfn) == (3, 1)
+
+
+def test_formatting_a_tensor_is_rejected():
+    cfn = specengine.compile(lambda a: (a, f"{a}"), dynamic=True)
+    with pytest.raises(specengine.UnsupportedOpError, match=r"format\(Tensor\)"):
+        cfn(torch.ones(2))
+
+
+def test_a_namedtuple_output_keeps_its_type():
+    # The trace printed it as a plain tuple (api.py:_with_output_types).
+    Pair = collections.namedtuple("Pair", "first second")
+
+    def f(a):
+        return {"p": Pair(a * 2, a.shape[0])}
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (2, 3):
+        out = run_both(f, cfn, [torch.randn(n)])
+        assert type(out["p"]) is Pair and out["p"].second == n
+
+
+def test_generated_sources_leave_linecache_with_their_functions():
+    # Every compile registered its generated sources in linecache for good: a leak in long-running processes
+    # (codegen.py:exec_source).
+    def f(a):
+        return a + 1
+
+    before = {k for k in linecache.cache if k.startswith("<specengine-")}
+    cfn = specengine.compile(f, dynamic=False)
+    for n in range(5):
+        cfn(torch.randn(n))
+    assert len({k for k in linecache.cache if k.startswith("<specengine-")} - before) >= 5
+    del cfn
+    gc.collect()
+    assert {k for k in linecache.cache if k.startswith("<specengine-")} - before == set()
