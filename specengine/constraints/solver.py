@@ -19,6 +19,7 @@ from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
 from specengine.constraints.decide import Ranges, linear_equality, range_facts, symbol_difference
 from specengine.constraints.floats import FloatExpr
+from specengine.constraints.folding import fold_conditions, fold_pinned
 from specengine.constraints.intervals import decide_by_bounds
 from specengine.constraints.z3expr import to_z3
 from specengine.errors import SolverWarning
@@ -70,7 +71,7 @@ class Solution:
             if facts is None:
                 int_guards = [g for g in self.guards if not isinstance(g.expr, FloatExpr)]
                 facts = self._memo["facts"] = frozenset(E.normalize(g.expr.subs(sub)) for g in int_guards)
-            out = E.fold_conditions(E.fold_pinned(e.subs(sub), self.expr_pins), facts)
+            out = fold_conditions(fold_pinned(e.subs(sub), self.expr_pins), facts)
             self._memo[e] = out
         return out
 
