@@ -85,14 +85,15 @@ def counting_compiles() -> Iterator[list[int]]:
 
 
 def is_engine_error(exc: BaseException) -> bool:
-    """A SpecEngineError, or an exception the engine's own code raised that no eager op raises."""
+    """A SpecEngineError, or an exception that no eager op raises, raised by the engine's code or generated code."""
     if isinstance(exc, specengine.SpecEngineError):
         return True
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     inner = tb.tb_frame.f_code.co_filename if tb is not None else ""
-    return inner.startswith(_ENGINE_DIR) and not isinstance(exc, _EAGER_TYPES)
+    engine = inner.startswith(_ENGINE_DIR) or inner.startswith("<specengine-")  # its sources, or generated code
+    return engine and not isinstance(exc, _EAGER_TYPES)
 
 
 def compare(expected: Outcome, got: Outcome) -> tuple[str, str] | None:
@@ -192,6 +193,11 @@ def run_mode(program: Program, calls: tuple[Call, ...], eager: list[Outcome], mo
                     tally.wrong += 1
                 tally.failures.append(report(program, calls, mode, i, f"{problem[0]}: {problem[1]}"))
     tally.misses += specengine.cache_misses(cfn)
+
+
+def program_seed(seed: int, i: int) -> int:
+    """The seed of program `i` of a fuzzing run with `seed` (bench/fuzz.py)."""
+    return seed * 1_000_003 + i
 
 
 def run_case(program: Program, calls: tuple[Call, ...], tally: Tally, modes: tuple = MODES) -> None:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import collections
 
-import pytest
 import torch
 from fuzzgen import KINDS, Call, DataChooser, Program, RandomChooser, Step, gen_calls, gen_program
-from fuzzrun import Tally, run_case
+from fuzzrun import Tally, program_seed, run_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +24,7 @@ def cases(draw):
     return program, gen_calls(ch, program, max_calls=6)
 
 
-@settings(max_examples=90, deadline=None, derandomize=True, database=None, print_blob=False,
+@settings(max_examples=1200, deadline=None, derandomize=True, database=None, print_blob=False,
           suppress_health_check=list(HealthCheck))  # fmt: skip
 @given(case=cases())
 def test_compiled_programs_match_eager(case):
@@ -69,10 +68,12 @@ def test_the_harness_catches_a_wrong_result(monkeypatch):
     assert "outputs differ" in tally.failures[0] and "v1 = x0 * x0" in tally.failures[0]
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_random_programs_from_the_bench_generator(seed):
+def test_programs_of_the_bench_generator():
+    # bench/fuzz.py's programs are longer than what hypothesis draws: a fixed sample of them runs in CI too.
     tally = Tally()
-    ch = RandomChooser(10_000 + seed)
-    program = gen_program(ch)
-    run_case(program, gen_calls(ch, program), tally)
+    for seed in range(25):
+        ch = RandomChooser(program_seed(7, seed))
+        program = gen_program(ch)
+        run_case(program, gen_calls(ch, program), tally)
     assert not tally.failures, tally.failures[0]
+    assert tally.eager_ok > tally.calls // 2  # most calls run (the others check that errors match eager)

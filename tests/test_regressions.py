@@ -193,3 +193,55 @@ def test_generated_sources_leave_linecache_with_their_functions():
     del cfn
     gc.collect()
     assert {k for k in linecache.cache if k.startswith("<specengine-")} - before == set()
+
+
+SCALE = 2
+
+
+def _double(x):
+    return x * 2
+
+
+def _scaled(a):
+    return _double(a) * SCALE
+
+
+def test_a_changed_global_or_closure_variable_gets_a_new_entry():
+    # A global (or closure variable) that the trace read was baked in: after `SCALE = 3` the cached entry still
+    # multiplied by 2, a silently wrong result (effects.py:captured_values, build.py:_captured_checks).
+    global SCALE, _double
+    cfn = specengine.compile(_scaled, dynamic=True)
+    x = torch.ones(2)
+    old_scale, old_double = SCALE, _double
+    try:
+        torch.testing.assert_close(cfn(x), x * 4)
+        SCALE = 3
+        torch.testing.assert_close(cfn(x), x * 6)
+        _double = lambda v: v * 5  # noqa: E731 - rebinding a helper function
+        torch.testing.assert_close(cfn(x), x * 15)
+        SCALE, _double = old_scale, old_double
+        torch.testing.assert_close(cfn(x), x * 4)
+    finally:
+        SCALE, _double = old_scale, old_double
+    assert specengine.cache_misses(cfn) == 4
+    assert (
+        specengine.recompile_reasons(cfn)[0]
+        == "global SCALE is the object seen at compile time failed: global SCALE = 3"
+    )
+
+    def make(k):
+        def g(a):
+            return a * k
+
+        def set_k(v):
+            nonlocal k
+            k = v
+
+        return g, set_k
+
+    g, set_k = make(4)
+    cg = specengine.compile(g, dynamic=True)
+    torch.testing.assert_close(cg(x), x * 4)
+    set_k(7)
+    torch.testing.assert_close(cg(x), x * 7)
+    assert counts(cg) == (2, 0)

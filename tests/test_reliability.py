@@ -72,6 +72,25 @@ def test_eight_threads_share_one_compiled_function(dynamic, monkeypatch):
         assert misses == entries == {True: 2, False: 8}[dynamic]
 
 
+def test_print_in_other_threads_works_while_a_function_is_traced(capsys):
+    tracing, printed = threading.Event(), threading.Event()
+
+    def slow(a):
+        tracing.set()
+        assert printed.wait(10)
+        return a * 2
+
+    cfn = specengine.compile(slow, dynamic=True)
+    worker = threading.Thread(target=cfn, args=(torch.ones(2),))
+    worker.start()
+    assert tracing.wait(10)
+    print("from another thread")  # the print hook forwards outside a tracing context
+    printed.set()
+    worker.join()
+    assert capsys.readouterr().out == "from another thread\n"
+    assert builtins.print is not _guarded_print() and counts(cfn) == (1, 0)
+
+
 # Interrupted compiles.
 
 

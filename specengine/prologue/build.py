@@ -159,6 +159,7 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
             st.check(f"{leaf.local}.is_contiguous() is not {leaf.contiguous}", f"{leaf.path}.is_contiguous() is "
                      f"{leaf.contiguous}", (f"{leaf.path}.is_contiguous()", f"{leaf.local}.is_contiguous()"))  # fmt: skip
 
+    _captured_checks(st, specs.captured)
     unpinned = [g for g in solution.guards if not _is_pin(g.expr, solution.pinned)]
     needed = set(comp_symbols).union(*(g.expr.free_symbols() for g in unpinned))
     _read_symbols(st, needed, dict(solution.pinned))
@@ -171,6 +172,20 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
     _global_state_checks(st, grad_enabled, default_dtype)
     signature = signature_source(specs.signature, st.glb)
     return Prologue(name, st.steps, returns, st.glb, signature), guards
+
+
+def _captured_checks(st: _Steps, captured: list) -> None:
+    """Globals and closure variables the trace read keep their values (identity), or the entry does not apply."""
+    for kind, name, value, holder in captured:  # holder: the function's globals dict, or its closure
+        if kind == "global":
+            st.glb.setdefault("_user_globals", holder)
+            st.glb.setdefault("_absent", object())
+            where, text = f"_user_globals.get({name!r}, _absent)", f"global {name}"
+        else:
+            st.glb.setdefault("_user_cells", holder)
+            where, text = f"_user_cells[{name[0]}].cell_contents", f"closure variable {name[1]}"
+        st.check(f"{where} is not {st.name(value, 'captured')}", f"{text} is the object seen at compile time",
+                 (text, where))  # fmt: skip
 
 
 def _is_pin(e: E.Expr, pinned: dict[str, int]) -> bool:

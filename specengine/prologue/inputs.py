@@ -82,6 +82,7 @@ class InputSpecs:
     hints: dict[str, int] = field(default_factory=dict)
     ranges: dict[str, Range] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # symbol -> Python text over input names
+    captured: list = field(default_factory=list)  # globals and closure variables the trace read (effects.py)
 
     def leaves(self) -> list:
         """Tensor, int and symbolic float specs, depth first (the order of the traced function's parameters)."""

@@ -70,8 +70,8 @@ def checked(target: Callable) -> Iterator[None]:
 
 
 def _check_globals(target: Callable, before: dict, after: dict) -> None:
-    names = sorted(k for k in before.keys() | after.keys() if not (k.startswith("__") and k.endswith("__")))
-    changed = [k for k in names if before.get(k, _MISSING) is not after.get(k, _MISSING)]
+    changed = [k for k, v in after.items() if before.get(k, _MISSING) is not v]
+    changed = sorted(k for k in changed + [k for k in before if k not in after] if not k.startswith("__"))
     if changed:
         code = getattr(target, "__code__", None)
         where = _store_site(code, changed[0]) if code is not None else "<unknown>"
@@ -97,3 +97,31 @@ def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             yield from _codes(const)
+
+
+def captured_values(target: Callable) -> list[tuple[str, Any, Any, Any]]:
+    """The globals and closure variables that `target`'s own code reads, with their values while it was traced.
+
+    Their values are baked into the trace (a scale factor, a flag, a helper function), so the prologue guards each
+    by identity: `[("global", name, value, globals), ("cell", (index, name), value, closure), ...]`. Modules are
+    left out (rebinding one is not a thing programs do).
+    """
+    code = getattr(target, "__code__", None)
+    glb = getattr(target, "__globals__", None)
+    if code is None or not isinstance(glb, dict):
+        return []
+    names = sorted({ins.argval for c in _codes(code) for ins in dis.get_instructions(c) if ins.opname == "LOAD_GLOBAL"})
+    out: list = [("global", n, glb[n], glb) for n in names if n in glb and _guardable(glb[n])]
+    closure = getattr(target, "__closure__", None) or ()
+    for i, (name, cell) in enumerate(zip(code.co_freevars, closure)):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell: reading it raises NameError, as it will at run time
+            continue
+        if _guardable(value):
+            out.append(("cell", (i, name), value, closure))
+    return out
+
+
+def _guardable(value: Any) -> bool:
+    return not isinstance(value, types.ModuleType)

@@ -137,5 +137,6 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     with tracing(state), TraceMode(), swapped_state(specs.module, specs.state, state_values), effects.checked(target):
         out = fn(*args, **kwargs)
     _check_output(out)
+    specs.captured = effects.captured_values(target)  # their values are baked in: the prologue guards them
     params = tuple(x for x in tree_leaves(values + state_values) if isinstance(x, (TensorProxy, NumberProxy)))
     return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state
