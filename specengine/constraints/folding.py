@@ -135,3 +135,13 @@ def _walk(e: Expr) -> list[Expr]:
         elif x.op not in ("const", "bconst", "sym"):
             stack.extend(a for a in x.args if isinstance(a, Expr))
     return out
+
+
+def if_depth(e: Expr) -> int:
+    """How deeply `if` nodes nest in `e` (0: none)."""
+    if e.op in ("const", "bconst", "sym"):
+        return 0
+    children = (
+        [a for mono, _ in e.args[1] for a in mono] if e.op == "poly" else [a for a in e.args if isinstance(a, Expr)]
+    )
+    return (e.op == "if") + max((if_depth(c) for c in children), default=0)

@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from specengine.constraints import expr as E
+from specengine.constraints.folding import if_depth
 from specengine.trace import context
 from specengine.trace.proxies import NumberProxy, TensorProxy, value_expr
 
@@ -54,6 +55,9 @@ def shape_arg(args: tuple) -> tuple:
     return tuple(args)
 
 
+_MAX_IF_DEPTH = 2  # deeper broadcast sizes are decided with guards instead (compile time stays linear)
+
+
 def broadcast_pair(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
     """The broadcast of two dims, valid for every size: `y if x == 1 else x`. No guard is recorded.
 
@@ -73,7 +77,20 @@ def broadcast_pair(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
     context.require().may_raise()  # unguarded: the op raises at run time where the sizes do not broadcast
     if x.is_const or y.is_const:
         return x if x.is_const else y  # a size other than 1 is the result wherever the pair is valid
+    decider = context.require().decider
+    for known, result in ((E.eq(x, y), x), (E.ne(x, 1), x), (E.ne(y, 1), y)):
+        if hint(known) and decider.implied(known, True):
+            return result  # already decided: the broadcast needs no `if`
+    if max(if_depth(x), if_depth(y)) >= _MAX_IF_DEPTH:
+        return _decided_broadcast(x, y, index)  # keep sizes small: nested `if`s would grow with every layer
     return E.ite(E.eq(x, 1), y, x)
+
+
+def _decided_broadcast(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
+    """The broadcast decided with guards (a stronger, smaller guard set), for sizes that already hold an `if`."""
+    if decide(E.eq(x, y), "broadcast", f"dims {index} match"):
+        return x
+    return y if decide(E.eq(x, 1), "broadcast", f"dim {index} of the left operand is 1") else x
 
 
 def broadcast_shapes(*shapes: tuple) -> tuple:
