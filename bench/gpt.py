@@ -40,8 +40,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (1: steadier on a shared machine)")
     parser.add_argument("--no-torch-compile", action="store_true")
     opts = parser.parse_args()
+    torch.set_num_threads(opts.threads)
     torch.manual_seed(0)
     cfg = gpt2_small_config(opts.vocab)
     cfg.n_layer = opts.layers

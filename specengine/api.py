@@ -219,7 +219,8 @@ def _computation_stage(cleaned: Trace, decider: Decider, specs: InputSpecs,
         if not _record_requests(requests, decider):
             fused = _fusion_passes(passes.dce(claimed), options)
             contiguous = {r.tensor.name for r in requests if r.tensor is not None}
-            return solution, [specialized, claimed, passes.prune_params(fused)], contiguous
+            final = passes.insert_deletes(passes.prune_params(fused))
+            return solution, [specialized, claimed, final], contiguous
     raise SpecEngineError(f"executors kept requesting new constants after {_MAX_CLAIM_ROUNDS} rounds")
 
 

@@ -8,7 +8,7 @@ from specengine.constraints import expr as E
 from specengine.constraints.floats import FloatExpr
 from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy
 from specengine.trace.symbol import BoundSymbol, tree_leaves, tree_map
-from specengine.trace.trace import Trace
+from specengine.trace.trace import DEL, Trace
 
 
 def _names_used(value: Any) -> set[str]:
@@ -67,11 +67,14 @@ def cse(trace: Trace) -> Trace:
     swap: dict[int, Any] = {}
     seen: dict[Any, BoundSymbol] = {}
     kept: list[BoundSymbol] = []
+    mutated = _maybe_mutated(trace)
     for bsym in trace.bsyms:
         bsym = _swap_args(bsym, swap)
         if not bsym.sym.pure:
             seen.clear()  # a mutation may change what any earlier op computed from its inputs
         key = (bsym.sym, _cse_key((bsym.args, bsym.kwargs), swap)) if bsym.sym.pure else None
+        if key is not None and any(id(o) in mutated for o in bsym.flat_outs()):
+            key = None  # a tensor mutated later must stay a tensor of its own, as in eager
         first = seen.get(key) if key is not None else None
         if first is None:
             if key is not None:
@@ -82,6 +85,21 @@ def cse(trace: Trace) -> Trace:
             swap[id(old)] = new
     output = tree_map(lambda x: swap.get(id(x), x), trace.output)
     return trace.with_("Common Subexpression Elimination", bsyms=tuple(kept), output=output)
+
+
+def _maybe_mutated(trace: Trace) -> set[int]:
+    """ids of the tensors that an in-place op may mutate: its tensor arguments and, since any of them may be a view,
+    every tensor they were computed from."""
+    producer = {id(o): b for b in trace.bsyms for o in b.flat_outs() if isinstance(o, TensorProxy)}
+    stack = [x for b in trace.bsyms if not b.sym.pure for x in b.flat_args() if isinstance(x, TensorProxy)]
+    out: set[int] = set()
+    while stack:
+        x = stack.pop()
+        if id(x) not in out:
+            out.add(id(x))
+            b = producer.get(id(x))
+            stack += [y for y in b.flat_args() if isinstance(y, TensorProxy)] if b is not None else []
+    return out
 
 
 def _swap_args(bsym: BoundSymbol, swap: dict[int, Any]) -> BoundSymbol:
@@ -163,3 +181,17 @@ def flatten(trace: Trace) -> Trace:
     for b in trace.bsyms:
         visit(b)
     return trace.with_("Flattening to prims", bsyms=tuple(out))
+
+
+def insert_deletes(trace: Trace) -> Trace:
+    """Free each tensor right after its last use (`del`), so the allocator can reuse memory as eager does."""
+    live = _names_used(trace.output)
+    out: list[BoundSymbol] = []
+    for bsym in reversed(trace.bsyms):
+        used = [x for x in tree_leaves((bsym.args, [v for _, v in bsym.kwargs])) if isinstance(x, TensorProxy)]
+        dead = {x.name: x for x in used if x.name not in live}
+        if dead:
+            out.append(BoundSymbol(DEL, tuple(dead.values()), (), None))
+        live |= set(dead)
+        out.append(bsym)
+    return trace.with_("Freeing values after their last use", bsyms=tuple(reversed(out)))

@@ -13,7 +13,7 @@ from specengine.codegen import exec_source
 from specengine.constraints.expr import Expr
 from specengine.constraints.floats import FloatExpr
 from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy
-from specengine.trace.symbol import BoundSymbol, tree_leaves
+from specengine.trace.symbol import BoundSymbol, Symbol, tree_leaves
 
 HEADER = (
     "import operator\n"
@@ -21,6 +21,9 @@ HEADER = (
     "from specengine.ops import prims, ltorch\n"
     "from specengine.executors import torchex as tex\n"
 )
+
+
+DEL = Symbol("del", "", pure=False)  # prints as `del a, b`: frees values after their last use
 
 
 def trace_globals() -> dict[str, Any]:
@@ -132,6 +135,8 @@ class TracePrinter:
         return "\n".join(lines) + "\n"
 
     def bsym_lines(self, bsym: BoundSymbol, indent: str, commented: bool) -> list[str]:
+        if bsym.sym is DEL:
+            return [f"{indent}del {', '.join(a.name for a in bsym.args)}"]
         args = [format_value(a) for a in bsym.args] + [f"{k}={format_value(v)}" for k, v in bsym.kwargs]
         call = f"{bsym.sym.print_name}({', '.join(args)})"
         outs = self.format_outputs(bsym.output, commented)
