@@ -245,3 +245,34 @@ def test_a_changed_global_or_closure_variable_gets_a_new_entry():
     set_k(7)
     torch.testing.assert_close(cg(x), x * 7)
     assert counts(cg) == (2, 0)
+
+
+def test_cse_does_not_merge_a_tensor_that_is_mutated_later():
+    # `v1 = x.tanh(); v2 = x.tanh(); v1.sub_(2)`: CSE made v2 the same tensor as v1, so the in-place op changed v2
+    # too (fuzzer, program 8551 of seed 0; passes.py:cse, _maybe_mutated).
+    def f(x):
+        v1 = x.tanh()
+        v2 = x.tanh()
+        v3 = v1.reshape(-1)
+        v1.sub_(2)
+        return v3 @ v3, v2
+
+    for dynamic in (True, False, None):
+        cfn = specengine.compile(f, dynamic=dynamic)
+        for shape in [(), (3,), (0,)]:
+            run_both(f, cfn, [torch.randn(shape)])
+
+
+def test_a_guard_that_divides_rejects_a_zero_divisor_instead_of_raising():
+    # The solver dropped `s0*s2 != 0` as implied by a guard dividing by s0*s2 (z3 leaves x // 0 unspecified), so the
+    # prologue raised ZeroDivisionError where eager raises its reshape error (fuzzer, programs 5401, 6817 and 8352
+    # of seed 0; build.py:_fail_source, expr.py:divisors).
+    def f(x):
+        v = x.reshape(x.shape[0] * x.shape[-1], -1)
+        return v.sum(0) if v.numel() != 3 else v.mean(0)
+
+    cfn = specengine.compile(f, dynamic=True)
+    for shape in [(1, 1, 3), (7, 7, 0), (1, 1, 3), (2, 2, 2)]:
+        run_both(f, cfn, [torch.randn(shape)])
+    assert counts(cfn) == (2, 1)
+    assert "s0*s2 == 0 or " in str(specengine.cache_entries(cfn)[0].prologue)

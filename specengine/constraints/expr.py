@@ -567,3 +567,17 @@ def _py(e: Expr, name: Callable[[str], str], memo: dict) -> tuple[str, int]:
         r = "(" + f" {op} ".join(_wrap(a, _P_NOT, name, memo) for a in args) + ")", _P_ATOM
     memo[e] = r
     return r
+
+
+def divisors(e: Expr) -> list[Expr]:
+    """The non-constant divisors of the ``//`` and ``%`` in ``e``, inner ones first (each once)."""
+    out: list[Expr] = []
+
+    def visit(x: Expr) -> None:
+        for c in _children(x):
+            visit(c)
+        if x.op in ("floordiv", "mod") and not x.args[1].is_const and x.args[1] not in out:
+            out.append(x.args[1])
+
+    visit(e)
+    return out

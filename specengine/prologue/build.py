@@ -167,11 +167,20 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
     guards = [Guard(g, g.expr.to_python(src)) for g in solution.guards]
     for g in unpinned:
         values = tuple((src(s), s) for s in sorted(g.expr.free_symbols(), key=lambda s: E.sym(s).sort_key))
-        fail = g.expr.negate() if isinstance(g.expr, FloatExpr) else E.not_(g.expr)
-        st.check(fail.to_python(), g.expr.to_python(src), *values, provenance=str(g.provenance))
+        st.check(_fail_source(g.expr), g.expr.to_python(src), *values, provenance=str(g.provenance))
     _global_state_checks(st, grad_enabled, default_dtype)
     signature = signature_source(specs.signature, st.glb)
     return Prologue(name, st.steps, returns, st.glb, signature), guards
+
+
+def _fail_source(expr: Any) -> str:
+    """Python that is true when the guard fails. A guard that divides fails where a divisor is 0, instead of raising:
+    tracing recorded `d != 0` before each division by `d`, but the solver may drop it as implied by a guard that
+    divides by `d` (z3 leaves division by 0 unspecified)."""
+    if isinstance(expr, FloatExpr):
+        return expr.negate().to_python()
+    zero = [f"{d.to_python()} == 0" for d in E.divisors(expr)]
+    return " or ".join([*zero, E.not_(expr).to_python()])
 
 
 def _captured_checks(st: _Steps, captured: list) -> None:
