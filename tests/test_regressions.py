@@ -276,3 +276,20 @@ def test_a_guard_that_divides_rejects_a_zero_divisor_instead_of_raising():
         run_both(f, cfn, [torch.randn(shape)])
     assert counts(cfn) == (2, 1)
     assert "s0*s2 == 0 or " in str(specengine.cache_entries(cfn)[0].prologue)
+
+
+def test_unused_op_checked_on_example_sizes_still_raises_like_eager():
+    # narrow's bounds are checked on the example sizes (no guard): the op must survive dead-code elimination
+    # so that for other sizes the torch op raises eager's error.
+    def f(a, b):
+        torch.narrow(a, 0, 0, b.shape[0])
+        return a * 2
+
+    cfn = specengine.compile(f, dynamic=True)
+    a, b = torch.randn(5), torch.randn(3)
+    torch.testing.assert_close(cfn(a, b), f(a, b))
+    with pytest.raises(RuntimeError):
+        f(torch.randn(2), torch.randn(3))
+    with pytest.raises(RuntimeError):
+        cfn(torch.randn(2), torch.randn(3))
+    assert specengine.cache_misses(cfn) == 1

@@ -18,9 +18,14 @@ def decide(b: E.Expr, op: str, reason: str) -> bool:
 
 
 def hint(e: Any) -> int:
-    """The example value of an int, Expr or NumberProxy (for error messages and meta calls)."""
-    e = value_expr(e)
-    return e.eval(context.require().decider.hints)
+    """The example value of an int, Expr or NumberProxy (for error messages and checks on example sizes).
+
+    Reading it marks the op being recorded as one that may raise at run time (a check made on the example
+    sizes only), so dead-code elimination keeps it and the torch op raises eager's error for other sizes.
+    """
+    state = context.require()
+    state.may_raise()
+    return value_expr(e).eval(state.decider.hints)
 
 
 def fmt_shape(dims: Sequence) -> str:
