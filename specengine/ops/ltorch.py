@@ -37,7 +37,9 @@ def _operand(x: Any) -> Any:
     if isinstance(x, NumberProxy):  # symbolic: an int Expr or a FloatExpr, computed from the prologue's symbols
         return x.expr
     if isinstance(x, torch.Tensor):
-        raise unsupported("a tensor closed over from outside", "pass the tensor as an argument (issue 4)")
+        raise unsupported(
+            "a tensor closed over from outside", "pass the tensor as an argument, or register it as a module buffer"
+        )
     return x
 
 
@@ -87,7 +89,7 @@ sigmoid = _unary("sigmoid", torch.sigmoid)
 @torchop(torch.relu, torch.Tensor.relu, F.relu, name="relu", methods=("relu",), impl=F.relu)  # F.relu takes inplace=
 def relu(a: TensorProxy, inplace: bool = False) -> TensorProxy:
     if inplace:
-        raise unsupported("relu(inplace=True)", "in-place ops arrive with issue 4; use inplace=False")
+        raise unsupported("relu(inplace=True)", "use inplace=False (the result is the same tensor values)")
     meta_call(torch.relu, a)
     return prims.maximum(a, 0)
 

@@ -168,7 +168,10 @@ def _index_key(a: TensorProxy, key: Any) -> list:
             raise unsupported("boolean mask indexing x[mask]", "its output shape depends on the mask's values; "
                               "keep the shape with torch.where(mask, x, 0), or index outside the compiled function")  # fmt: skip
         if isinstance(k, (TensorProxy, torch.Tensor, list)) or isinstance(k, bool):
-            raise unsupported("advanced indexing", "index with ints, slices, None and ... (issue 4 adds more)")
+            raise unsupported(
+                "advanced indexing",
+                "index with ints, slices, None and ...; for tensor indices use index_select or gather",
+            )
     specified = sum(1 for k in key if k is not None and k is not Ellipsis)
     if specified > a.ndim:
         raise IndexError(f"too many indices for tensor of dimension {a.ndim}")

@@ -102,7 +102,7 @@ def _check_output(out: Any) -> None:
     for x in tree_leaves(out):
         if isinstance(x, torch.Tensor):
             raise unsupported("returning a tensor not computed from the inputs",
-                              "pass the tensor as an argument (issue 4 adds constant tensors)")  # fmt: skip
+                              "pass the tensor as an argument, or register it as a module buffer")  # fmt: skip
         if isinstance(x, (types.GeneratorType, collections.abc.Iterator)):
             raise unsupported("returning a generator", "it would be consumed once; return a tuple or list instead")
         if not isinstance(x, _OUTPUT_LEAVES):
