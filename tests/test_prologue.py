@@ -167,3 +167,20 @@ def test_autocast_state_is_guarded():
     run_both(f, cfn, [a, b])
     assert counts(cfn) == (2, 2)
     assert specengine.recompile_reasons(cfn) == ["autocast is disabled failed: autocast enabled = True"]
+
+
+def test_inputs_are_flattened_with_torch_pytree():
+    import collections
+
+    Pair = collections.namedtuple("Pair", "x y")
+
+    def f(p, od, nothing):
+        return p.x * od["w"] + p.y.sum() if nothing is None else p.x
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (2, 5):
+        run_both(f, cfn, [Pair(torch.randn(n), torch.randn(3)), collections.OrderedDict(w=torch.randn(n)), None])
+    assert counts(cfn) == (1, 1)
+    run_both(f, cfn, [Pair(torch.randn(2), torch.randn(3)), {"w": torch.randn(2)}, None])  # a dict, not an OrderedDict
+    assert counts(cfn) == (2, 1)
+    assert "p_x = p.x" in str(specengine.last_prologue(cfn)) and "od_w = od['w']" in str(specengine.last_prologue(cfn))

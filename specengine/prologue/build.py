@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
 
 from specengine.codegen import signature_source
 from specengine.constraints import expr as E
 from specengine.constraints.floats import FloatExpr
 from specengine.constraints.solver import Solution
 from specengine.prologue.codegen import Check, Guard, Prologue
-from specengine.prologue.inputs import ConstSpec, DictSpec, FloatSpec, InputSpecs, IntSpec, SeqSpec, TensorSpec
+from specengine.prologue.inputs import ConstSpec, FloatSpec, InputSpecs, IntSpec, NodeSpec, TensorSpec
 
 
 class _Steps:
@@ -53,21 +55,26 @@ def _unpack(st: _Steps, spec: Any, needed: set[str], pinned: dict[str, int]) -> 
         _type_check(st, spec, float)
     elif isinstance(spec, ConstSpec):
         _const_check(st, spec)
-    elif isinstance(spec, SeqSpec):
-        _type_check(st, spec, spec.type)
-        st.check(f"len({spec.local}) != {len(spec.children)}", f"len({spec.path}) == {len(spec.children)}",
-                 (f"len({spec.path})", f"len({spec.local})"))  # fmt: skip
-        for i, c in enumerate(spec.children):
-            st.steps.append(f"{c.local} = {spec.local}[{i}]")
+    elif isinstance(spec, NodeSpec):
+        _node_checks(st, spec)
+        for key, c in zip(spec.keys, spec.children):
+            st.steps.append(f"{c.local} = {spec.local}{key}")
             _unpack(st, c, needed, pinned)
-    elif isinstance(spec, DictSpec):
-        _type_check(st, spec, dict)
-        keys = st.name(list(spec.keys), "keys")
-        st.check(f"list({spec.local}) != {keys}", f"list({spec.path}) == {list(spec.keys)!r}",
-                 (f"list({spec.path})", f"list({spec.local})"))  # fmt: skip
-        for k, c in zip(spec.keys, spec.children):
-            st.steps.append(f"{c.local} = {spec.local}[{k!r}]")
-            _unpack(st, c, needed, pinned)
+
+
+def _node_checks(st: _Steps, spec: NodeSpec) -> None:
+    """The container's type, then its structure: a length, a key list, or pytree's flatten context."""
+    _type_check(st, spec, spec.type)
+    x, p = spec.local, spec.path
+    if spec.type in (list, tuple):
+        st.check(f"len({x}) != {len(spec.children)}", f"len({p}) == {len(spec.children)}", (f"len({p})", f"len({x})"))
+    elif isinstance(spec.context, list) and issubclass(spec.type, dict):
+        keys = st.name(list(spec.context), "keys")
+        st.check(f"list({x}) != {keys}", f"list({p}) == {list(spec.context)!r}", (f"list({p})", f"list({x})"))
+    elif spec.node_type is not collections.namedtuple:
+        flatten = st.name(pytree.SUPPORTED_NODES[spec.node_type].flatten_fn, "flatten")
+        context = st.name(spec.context, "context")
+        st.check(f"{flatten}({x})[1] != {context}", f"the pytree context of {p} is unchanged")
 
 
 def _tensor_checks(st: _Steps, spec: TensorSpec) -> None:

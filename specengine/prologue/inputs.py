@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch.utils import _pytree as pytree
 
 from specengine.codegen import callable_target, check_call
 from specengine.constraints import expr as E
@@ -54,18 +55,19 @@ class ConstSpec:
 
 
 @dataclass(frozen=True)
-class SeqSpec:
+class NodeSpec:
+    """A container that torch.utils._pytree flattens (list, tuple, dict, namedtuple, OrderedDict, ...).
+
+    `keys` are the children's key paths as Python text (`[0]`, `['w']`, `.x`); `context` is pytree's
+    flatten context (dict keys, the namedtuple class), which unflattening the proxies uses.
+    """
+
     path: str
     local: str
     type: type
-    children: tuple
-
-
-@dataclass(frozen=True)
-class DictSpec:
-    path: str
-    local: str
-    keys: tuple
+    node_type: Any  # pytree's registry key (the `namedtuple` function for namedtuples)
+    context: Any
+    keys: tuple[str, ...]
     children: tuple
 
 
@@ -154,13 +156,27 @@ class _Builder:
         if type(value) is float and self._dynamic(path):
             self.specs.hints[local], self.specs.sources[local] = value, path
             return FloatSpec(path, local, local)
-        if type(value) in (list, tuple):
-            children = tuple(self.build(f"{path}[{i}]", v) for i, v in enumerate(value))
-            return SeqSpec(path, local, type(value), children)
-        if type(value) is dict and all(type(k) in (str, int) for k in value):
-            children = tuple(self.build(f"{path}[{k!r}]", v) for k, v in value.items())
-            return DictSpec(path, local, tuple(value), children)
+        node = _pytree_node(value)
+        if node is not None:
+            keyed, context = node.flatten_with_keys_fn(value)
+            keys = tuple(str(k) for k, _ in keyed)
+            children = tuple(self.build(f"{path}{k}", v) for k, (_, v) in zip(keys, keyed))
+            return NodeSpec(path, local, type(value), pytree._get_node_type(value), context, keys, children)
         return ConstSpec(path, local, value)
+
+
+def _pytree_node(value: Any) -> Any:
+    """torch's pytree node description for a container whose children can be reached by key paths, or None."""
+    if value is None or isinstance(value, torch.Tensor):
+        return None
+    node = pytree.SUPPORTED_NODES.get(pytree._get_node_type(value))
+    if node is None or node.flatten_with_keys_fn is None:
+        return None
+    keyed, _ = node.flatten_with_keys_fn(value)
+    plain = (pytree.SequenceKey, pytree.GetAttrKey)
+    if all(isinstance(k, plain) or (isinstance(k, pytree.MappingKey) and type(k.key) in (str, int)) for k, _ in keyed):
+        return node
+    return None
 
 
 def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | None,

@@ -10,13 +10,14 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import torch
+from torch.utils import _pytree as pytree
 
 from specengine.codegen import callable_target
 from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
 from specengine.constraints.floats import FloatExpr
 from specengine.errors import UnsupportedOpError
-from specengine.prologue.inputs import ConstSpec, DictSpec, FloatSpec, InputSpecs, IntSpec, SeqSpec, TensorSpec
+from specengine.prologue.inputs import ConstSpec, FloatSpec, InputSpecs, IntSpec, NodeSpec, TensorSpec
 from specengine.trace import effects
 from specengine.trace.context import NameGen, TraceState, tracing
 from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy, unsupported
@@ -32,10 +33,9 @@ def _proxy(spec: Any, names: NameGen, hints: dict[str, int]) -> Any:
         return NumberProxy(names.reserve(spec.symbol), E.sym(spec.symbol), hints[spec.symbol], int)
     if isinstance(spec, FloatSpec):
         return NumberProxy(names.reserve(spec.symbol), FloatExpr("sym", (spec.symbol,)), hints[spec.symbol], float)
-    if isinstance(spec, SeqSpec):
-        return spec.type(_proxy(c, names, hints) for c in spec.children)
-    if isinstance(spec, DictSpec):
-        return {k: _proxy(c, names, hints) for k, c in zip(spec.keys, spec.children)}
+    if isinstance(spec, NodeSpec):
+        node = pytree.SUPPORTED_NODES[spec.node_type]
+        return node.unflatten_fn([_proxy(c, names, hints) for c in spec.children], spec.context)
     assert isinstance(spec, ConstSpec)
     return spec.value
 
