@@ -531,3 +531,12 @@ def test_bounds_are_sound(r: Recipe, nonneg: bool, data: st.DataObject) -> None:
     else:
         lo, hi = bounds(r.expr, ranges)
         assert (lo is None or lo <= value) and (hi is None or value <= hi)
+
+
+def test_nested_min_max_with_constants_collapse() -> None:
+    s0 = sym("s0")
+    assert maximum(0, maximum(0, minimum(64, s0))) is maximum(0, minimum(64, s0))
+    assert maximum(3, maximum(5, s0)) is maximum(5, s0)
+    assert minimum(2, minimum(7, s0)) is minimum(2, s0)
+    for v in (-3, 0, 4, 70):
+        assert maximum(0, maximum(0, minimum(64, s0))).eval({"s0": v}) == max(0, max(0, min(64, v)))

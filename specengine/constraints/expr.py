@@ -322,6 +322,10 @@ def _minmax(op: str, a: IntLike, b: IntLike) -> Expr:
     d = sub(a, b)
     if d.op == "const":
         return a if (d.args[0] <= 0) == (op == "min") else b
+    for x, y in ((a, b), (b, a)):  # max(c, max(d, e)) = max(max(c, d), e) for constants c and d
+        if x.op == "const" and y.op == op and (inner := next((z for z in y.args if z.op == "const"), None)):
+            other = y.args[1] if y.args[0] is inner else y.args[0]
+            return _minmax(op, _minmax(op, x, inner), other)
     if b.sort_key < a.sort_key:
         a, b = b, a
     return _intern(op, (a, b))
