@@ -42,6 +42,14 @@ def i64(*shape: Any, low: int = -5) -> T:
     return T(shape, torch.int64, low)
 
 
+def f64(*shape: Any) -> T:
+    return T(shape, torch.float64)
+
+
+def bf16(*shape: Any) -> T:
+    return T(shape, torch.bfloat16)
+
+
 def b8(*shape: Any) -> T:
     return T(shape, torch.bool)
 
@@ -96,7 +104,7 @@ def calls_of(case: OpCase) -> list[list]:
     return [args for calls in calls_by_template(case) for args in calls]
 
 
-def check_entry(cfn: Any, args: list, out: Any) -> None:
+def check_entry(cfn: Any, args: list, out: Any, all_prims: bool = False) -> None:
     """The entry that ran: its output proxies have the dtype and (evaluated) shape of the real outputs, and its
     decomposition into prims (what an executor without torch-level ops runs) computes the same values."""
     prologue = specengine.last_prologue(cfn)
@@ -114,6 +122,7 @@ def check_entry(cfn: Any, args: list, out: Any) -> None:
     if entry not in _FLAT:
         specialized = next(t for t in entry.traces if t.provenance.startswith("Specialization"))
         flat = passes.flatten(specialized)
+        assert not all_prims or all(b.sym.is_prim for b in flat.bsyms), "the flattened trace has non-prim ops"
         _FLAT[entry] = (flat.params, flat.python_callable())
     params, flat_fn = _FLAT[entry]
     torch.testing.assert_close(flat_fn(*(values[p.name] for p in params)), out, equal_nan=True)
@@ -122,15 +131,17 @@ def check_entry(cfn: Any, args: list, out: Any) -> None:
 _FLAT: dict = {}
 
 
-def run_sweep(fn: Callable, calls: list[list], dynamic: bool) -> Any:
-    """Compile and run every call twice (the second pass must only hit); returns the compiled function."""
+def run_sweep(fn: Callable, calls: list[list], dynamic: bool, all_prims: bool = False) -> Any:
+    """Compile and run every call twice (the second pass must only hit); returns the compiled function.
+
+    `all_prims`: also require every op of the entry's decomposition to be a prim."""
     cfn = specengine.compile(fn, dynamic=dynamic)
     for repeat in range(2):
         misses = specengine.cache_misses(cfn)
         for args in calls:
             out = run_both(fn, cfn, args)
             if not isinstance(out, Exception):
-                check_entry(cfn, args, out)
+                check_entry(cfn, args, out, all_prims)
         assert repeat == 0 or specengine.cache_misses(cfn) == misses, "a repeated call missed"
     return cfn
 

@@ -9,7 +9,6 @@ those without one decide `dim != 0`, which only splits off the sizes where eager
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import pytest
@@ -18,142 +17,25 @@ import torch.nn.functional as F
 from helpers import run_both
 
 import specengine
-from specengine.trace import passes
-from specengine.trace.proxies import TensorProxy
-from specengine.trace.symbol import tree_leaves
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # var's dof <= 0; softmax's implicit dim
 
-N, M, K = "n", "m", "k"
-SWEEP = [(2, 3, 1), (0, 2, 0), (1, 1, -1), (2, 0, 3), (5, 4, 2), (1, 5, 7), (3, 1, -4), (4, 4, 4)]
-
-
-@dataclass(frozen=True)
-class T:
-    """A tensor spec: sizes (ints or N/M) and dtype; ints are drawn from [low, high)."""
-
-    shape: tuple
-    dtype: torch.dtype = torch.float32
-    low: int = -5
-    high: int = 6
-
-
-def i64(*shape: Any, low: int = -5) -> T:
-    return T(shape, torch.int64, low)
-
-
-def b8(*shape: Any) -> T:
-    return T(shape, torch.bool)
-
-
-def f64(*shape: Any) -> T:
-    return T(shape, torch.float64)
-
-
-def bf16(*shape: Any) -> T:
-    return T(shape, torch.bfloat16)
-
-
-@dataclass(frozen=True)
-class OpCase:
-    """`fn` over `templates`; `one_miss`: one compile serves every size; `static`: also swept with dynamic=False."""
-
-    name: str
-    fn: Callable
-    templates: list
-    one_miss: bool = False
-    static: bool = False
-    xfail: str | None = None
-
-
-def _fill(spec: Any, env: dict) -> Any:
-    if isinstance(spec, str):
-        return env[spec]
-    if isinstance(spec, tuple):
-        spec = T(spec)
-    if not isinstance(spec, T):
-        return spec
-    shape = tuple(env.get(s, s) for s in spec.shape)
-    if spec.dtype.is_floating_point:
-        return torch.randn(shape).to(spec.dtype)
-    if spec.dtype is torch.bool:
-        return torch.randint(0, 2, shape).bool()
-    return torch.randint(spec.low, spec.high, shape, dtype=spec.dtype)
-
-
-def _signature(args: list) -> tuple:
-    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
-
-
-def calls_by_template(case: OpCase) -> list[list[list]]:
-    """For each template, its calls with every (n, m, k) of SWEEP, without repeated signatures."""
-    out, seen = [], set()
-    for template in case.templates:
-        calls = []
-        for n, m, k in SWEEP:
-            args = [_fill(s, {N: n, M: m, K: k}) for s in template]
-            if _signature(args) not in seen:
-                seen.add(_signature(args))
-                calls.append(args)
-        out.append(calls)
-    return out
-
-
-def calls_of(case: OpCase) -> list[list]:
-    return [args for calls in calls_by_template(case) for args in calls]
-
-
-_FLAT: dict = {}
-
-
-def check_entry(cfn: Any, args: list, out: Any) -> None:
-    """The entry's output proxies have the real outputs' dtypes and shapes, and its decomposition into prims
-    computes the same values."""
-    prologue = specengine.last_prologue(cfn)
-    entry = next(e for e in specengine.cache_entries(cfn) if e.prologue is prologue)
-    final = entry.traces[-1]
-    values = {}
-    for param, value in zip(final.params, prologue.fn(*args)):
-        values[param.name] = value
-        if isinstance(param, TensorProxy):
-            values.update({d.args[0]: size for d, size in zip(param.dims, value.shape) if d.op == "sym"})
-    for proxy, value in zip(tree_leaves(final.output), tree_leaves(out)):
-        if isinstance(proxy, TensorProxy):
-            assert proxy.dtype == value.dtype, f"traced {proxy.dtype}, eager {value.dtype}"
-            assert tuple(d.eval(values) for d in proxy.dims) == tuple(value.shape), f"{proxy} vs {value.shape}"
-    if entry not in _FLAT:
-        specialized = next(t for t in entry.traces if t.provenance.startswith("Specialization"))
-        flat = passes.flatten(specialized)
-        assert all(b.sym.is_prim for b in flat.bsyms), "the flattened trace has non-prim ops"
-        _FLAT[entry] = (flat.params, flat.python_callable())
-    params, flat_fn = _FLAT[entry]
-    torch.testing.assert_close(flat_fn(*(values[p.name] for p in params)), out, equal_nan=True)
-
-
-def run_sweep(fn: Callable, calls: list[list], dynamic: bool) -> Any:
-    """Compile and run every call twice (the second pass must only hit); returns the compiled function."""
-    cfn = specengine.compile(fn, dynamic=dynamic)
-    for repeat in range(2):
-        misses = specengine.cache_misses(cfn)
-        for args in calls:
-            out = run_both(fn, cfn, args)
-            if not isinstance(out, Exception):
-                check_entry(cfn, args, out)
-        assert repeat == 0 or specengine.cache_misses(cfn) == misses, "a repeated call missed"
-    return cfn
-
-
-def _raises(fn: Callable, args: list) -> bool:
-    try:
-        fn(*args)
-    except Exception:  # noqa: BLE001
-        return True
-    return False
-
-
-def case_params(cases: list[OpCase]) -> list:
-    marks = lambda c: [pytest.mark.xfail(strict=True, reason=c.xfail)] if c.xfail else []  # noqa: E731
-    return [pytest.param(c, id=c.name, marks=marks(c)) for c in cases]
+from test_ops import (  # noqa: E402 - the shared op-database harness
+    K,
+    M,
+    N,
+    OpCase,
+    T,
+    _raises,
+    b8,
+    bf16,
+    calls_by_template,
+    calls_of,
+    case_params,
+    f64,
+    i64,
+    run_sweep,
+)
 
 
 def _same(name: str, fn: Callable, templates: list, static: bool = False) -> OpCase:
@@ -313,7 +195,7 @@ CASES = PROD + VAR + AMIN + MAX_MIN + ARG + ALL_ANY + SOFTMAX + CUMSUM + COMPOSE
 def test_op_dynamic(case: OpCase) -> None:
     calls = calls_of(case)
     for order in (calls, calls[::-1]):
-        cfn = run_sweep(case.fn, order, dynamic=True)
+        cfn = run_sweep(case.fn, order, dynamic=True, all_prims=True)
         misses = specengine.cache_misses(cfn)
         assert misses <= len(calls)
         if case.one_miss:  # one entry per template (they differ in rank or dtype), whatever the sizes
@@ -324,7 +206,7 @@ def test_op_dynamic(case: OpCase) -> None:
 @pytest.mark.parametrize("case", case_params([c for c in CASES if c.static]))
 def test_op_static(case: OpCase) -> None:
     calls = calls_of(case)
-    cfn = run_sweep(case.fn, calls, dynamic=False)
+    cfn = run_sweep(case.fn, calls, dynamic=False, all_prims=True)
     assert specengine.cache_misses(cfn) == sum(not _raises(case.fn, args) for args in calls)
 
 
