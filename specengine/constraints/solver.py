@@ -54,9 +54,7 @@ class Solution:
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     def substitution(self) -> dict[str, E.Expr]:
-        sub: dict[str, E.Expr] = {s: E.const(v) for s, v in self.pinned.items()}
-        sub.update({s: E.sym(r) for s, r in self.rep.items() if s not in self.pinned})
-        return sub
+        return substitution(self.pinned, self.rep)
 
     def fold(self, e: E.Expr) -> E.Expr:
         """`e` over representatives, with pinned symbols and pinned expressions replaced by constants."""
@@ -74,6 +72,13 @@ class Solution:
             out = fold_conditions(fold_pinned(e.subs(sub), self.expr_pins), facts)
             self._memo[e] = out
         return out
+
+
+def substitution(pinned: Mapping[str, int], rep: Mapping[str, str]) -> dict[str, E.Expr]:
+    """Symbol -> its constant (pinned) or its class representative."""
+    sub: dict[str, E.Expr] = {s: E.const(v) for s, v in pinned.items()}
+    sub.update({s: E.sym(r) for s, r in rep.items() if s not in pinned})
+    return sub
 
 
 class _Classes:
@@ -170,7 +175,7 @@ class Solver:
         return classes, pinned, prov
 
     def _substituted(self, rep: Mapping[str, str], pinned: Mapping[str, int]) -> list[Constraint]:
-        sub = Solution((), pinned, rep, frozenset()).substitution()
+        sub = substitution(pinned, rep)
         out, seen = [], set()
         for c in self.constraints:
             e = c.expr.subs(sub)

@@ -44,7 +44,7 @@ def _type_check(st: _Steps, spec: Any, expected: type) -> None:
              (f"type({spec.path})", f"type({spec.local})"))  # fmt: skip
 
 
-def _unpack(st: _Steps, spec: Any, needed: set[str], pinned: dict[str, int]) -> None:
+def _unpack(st: _Steps, spec: Any) -> None:
     """Type and structure checks, then locals for children, recursively."""
     if isinstance(spec, TensorSpec):
         _type_check(st, spec, spec.type)
@@ -59,7 +59,7 @@ def _unpack(st: _Steps, spec: Any, needed: set[str], pinned: dict[str, int]) -> 
         _node_checks(st, spec)
         for key, c in zip(spec.keys, spec.children):
             st.steps.append(f"{c.local} = {spec.local}{key}")
-            _unpack(st, c, needed, pinned)
+            _unpack(st, c)
 
 
 def _node_checks(st: _Steps, spec: NodeSpec) -> None:
@@ -155,12 +155,12 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
     """
     st = _Steps(specs)
     for p in specs.params:
-        _unpack(st, p, set(), dict(solution.pinned))
+        _unpack(st, p)
     if specs.module is not None:
         st.glb["self"] = specs.module
     for p in specs.state:
         st.steps.append(f"{p.local} = {specs.access.get(p.local, p.path)}")
-        _unpack(st, p, set(), dict(solution.pinned))
+        _unpack(st, p)
     for leaf in specs.leaves():
         if isinstance(leaf, TensorSpec) and leaf.local in contiguous:
             st.check(f"{leaf.local}.is_contiguous() is not {leaf.contiguous}", f"{leaf.path}.is_contiguous() is "

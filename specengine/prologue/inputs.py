@@ -15,7 +15,6 @@ import torch
 from torch.utils import _pytree as pytree
 
 from specengine.codegen import callable_target, check_call
-from specengine.constraints import expr as E
 from specengine.marks import Mark, marks_of
 
 Range = tuple[int | None, int | None]
@@ -250,7 +249,3 @@ def _param_spec(builder: _Builder, p: inspect.Parameter, value: Any) -> Any:
     if p.kind is inspect.Parameter.VAR_KEYWORD:
         return builder.build(p.name, dict(value))
     return builder.build(p.name, value)
-
-
-def symbol_expr(name: str) -> E.Expr:
-    return E.sym(name)
