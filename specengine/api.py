@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
-from torch.utils import _pytree as pytree
 
 from specengine.cache import Cache, CacheEntry
 from specengine.codegen import callable_target, function_name
@@ -168,14 +167,14 @@ class CompiledFunction:
             self._auto_dynamic, self._seen = frozenset(), {}
 
 
-def _trace_stage(fn: Callable, specs: InputSpecs, options: Options) -> tuple[list[Trace], Decider, bool]:
+def _trace_stage(fn: Callable, specs: InputSpecs, options: Options) -> tuple[list[Trace], Decider, Any]:
     decider = Decider(specs.hints, specs.ranges, options.timeout_ms)
     for constraint, provenance in mark_constraints(specs):
         decider.record(constraint, provenance)
     traced, state = trace_function(fn, specs, decider)
     traces_log.info("traced %s:\n%s", function_name(fn), traced)
     cleaned = passes.dce(passes.cse(traced))
-    return [traced, cleaned], decider, state.uses_default_dtype
+    return [traced, cleaned], decider, state
 
 
 def _solve_stage(decider: Decider, specs: InputSpecs, options: Options) -> Solution:
@@ -225,9 +224,9 @@ def _computation_stage(cleaned: Trace, decider: Decider, specs: InputSpecs,
 
 
 def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: Trace, uses_default_dtype: bool,
-                    contiguous: set[str]) -> tuple[Prologue, list]:  # fmt: skip
+                    contiguous: set[str], objects: list[str]) -> tuple[Prologue, list]:  # fmt: skip
     name = function_name(fn)
-    returns = [format_value(p) for p in final.params]
+    returns = [format_value(p) for p in final.params] + objects  # then the caller's objects that outputs update
     symbols = {p.name for p in final.params if isinstance(p, NumberProxy)}
     default_dtype = torch.get_default_dtype() if uses_default_dtype else None
     return build_prologue(name, specs, solution, returns, symbols, torch.is_grad_enabled(), default_dtype,
@@ -239,14 +238,18 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     """The compile pipeline: describe inputs, trace, solve, specialize and claim, generate the prologue."""
     times = {"start": time.perf_counter()}
     specs = describe_inputs(fn, args, kwargs, options.dynamic, auto_dynamic)
-    traces, decider, uses_default_dtype = _trace_stage(fn, specs, options)
+    traces, decider, state = _trace_stage(fn, specs, options)
+    uses_default_dtype, plan = state.uses_default_dtype, state.output_plan
     times["trace"] = time.perf_counter()
     solution, computation, contiguous = _computation_stage(traces[-1], decider, specs, options)
     check_marks(specs, solution)
     traces += computation
     times["solve"] = time.perf_counter()
-    prologue, guards = _prologue_stage(fn, specs, solution, traces[-1], uses_default_dtype, contiguous)
-    entry_fn = _with_output_types(traces[-1].python_callable(), traces[-1].output)
+    objects = plan.objects if plan is not None else []
+    prologue, guards = _prologue_stage(fn, specs, solution, traces[-1], uses_default_dtype, contiguous, objects)
+    entry_fn = traces[-1].python_callable()
+    if plan is not None:  # outputs of their own type (ModelOutput, a cache), inputs the function changed
+        entry_fn = plan.wrap(entry_fn, len(traces[-1].params))
     times["codegen"] = time.perf_counter()
     key = (_static_key(specs), solution.key, torch.is_grad_enabled(), uses_default_dtype and torch.get_default_dtype(),
            _autocast_state())  # fmt: skip
@@ -256,25 +259,6 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     entry = CacheEntry(prologue, entry_fn, traces, guards, solution, key, index, stats)
     entry.prologue_sources = specs.sources.__getitem__
     return entry
-
-
-def _with_output_types(computation: Callable, output: Any) -> Callable:
-    """Namedtuples in the output print as plain tuples in the trace: rebuild them around the computation."""
-    if not _has_tuple_subclass(output):
-        return computation
-    spec = pytree.tree_structure(output)
-
-    def rebuilt(*args: Any) -> Any:
-        return pytree.tree_unflatten(pytree.tree_leaves(computation(*args)), spec)
-
-    return rebuilt
-
-
-def _has_tuple_subclass(x: Any) -> bool:
-    if isinstance(x, tuple) and type(x) is not tuple:
-        return True
-    children = x.values() if isinstance(x, dict) else x if isinstance(x, (tuple, list)) else ()
-    return any(_has_tuple_subclass(c) for c in children)
 
 
 def _stats(times: dict[str, float], decider: Decider, solution: Solution) -> dict[str, Any]:

@@ -63,6 +63,26 @@ def callable_target(fn: Any) -> Callable:
     return fn.forward if isinstance(fn, torch.nn.Module) else fn
 
 
+def module_of(fn: Any) -> Any:
+    """The nn.Module whose parameters and buffers are inputs: `fn` itself, or the module of a bound method
+    (`specengine.compile(model.forward)`, which `model.forward = specengine.compile(model.forward)` installs)."""
+    import torch
+
+    if isinstance(fn, torch.nn.Module):
+        return fn
+    owner = getattr(fn, "__self__", None)
+    return owner if isinstance(owner, torch.nn.Module) and callable(getattr(fn, "__func__", None)) else None
+
+
+def call_signature(fn: Any) -> inspect.Signature:
+    """The signature `fn` is really called with: a decorator's own (`*args, **kwargs`), not the one it wraps.
+
+    Arguments are then passed on as the caller passed them (keywords as keywords, omitted ones omitted), which is
+    what a wrapper that reads its `kwargs` (transformers' config defaults) needs, and the prologue checks it.
+    """
+    return inspect.signature(callable_target(fn), follow_wrapped=False)
+
+
 def function_name(fn: Any) -> str:
     """The name generated code uses for `fn`, so Python's own messages (arity errors) read naturally."""
     name = getattr(callable_target(fn), "__name__", "")
@@ -73,6 +93,6 @@ def check_call(fn: Callable, args: tuple, kwargs: dict) -> None:
     """Raise the TypeError Python would raise for a bad call of `fn` (wrong arity, unknown keyword)."""
     glb: dict[str, Any] = {}
     name = function_name(fn)
-    sig = signature_source(inspect.signature(callable_target(fn)), glb)
+    sig = signature_source(call_signature(fn), glb)
     stub = exec_source(f"def {name}{sig}:\n  return None\n", name, glb)
     stub(*args, **kwargs)

@@ -311,6 +311,7 @@ def rmatmul(a: TensorProxy, b: TensorProxy) -> TensorProxy:
     return matmul(b, a)
 
 
+from specengine.ops.ltorch_checks import *  # noqa: E402,F403
 from specengine.ops.ltorch_creation import *  # noqa: E402,F403
 from specengine.ops.ltorch_elementwise import *  # noqa: E402,F403
 from specengine.ops.ltorch_inplace import *  # noqa: E402,F403 - in-place ops are `ltorch.*` too

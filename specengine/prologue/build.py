@@ -13,7 +13,7 @@ from specengine.constraints import expr as E
 from specengine.constraints.floats import FloatExpr
 from specengine.constraints.solver import Solution
 from specengine.prologue.codegen import Check, Guard, Prologue
-from specengine.prologue.inputs import ConstSpec, FloatSpec, InputSpecs, IntSpec, NodeSpec, TensorSpec
+from specengine.prologue.inputs import ConstSpec, FloatSpec, InputSpecs, IntSpec, NodeSpec, ObjectSpec, TensorSpec
 
 
 class _Steps:
@@ -55,8 +55,8 @@ def _unpack(st: _Steps, spec: Any) -> None:
         _type_check(st, spec, float)
     elif isinstance(spec, ConstSpec):
         _const_check(st, spec)
-    elif isinstance(spec, NodeSpec):
-        _node_checks(st, spec)
+    elif isinstance(spec, (NodeSpec, ObjectSpec)):
+        _node_checks(st, spec) if isinstance(spec, NodeSpec) else _object_checks(st, spec)
         for key, c in zip(spec.keys, spec.children):
             st.steps.append(f"{c.local} = {spec.local}{key}")
             _unpack(st, c)
@@ -75,6 +75,14 @@ def _node_checks(st: _Steps, spec: NodeSpec) -> None:
         flatten = st.name(pytree.SUPPORTED_NODES[spec.node_type].flatten_fn, "flatten")
         context = st.name(spec.context, "context")
         st.check(f"{flatten}({x})[1] != {context}", f"the pytree context of {p} is unchanged")
+
+
+def _object_checks(st: _Steps, spec: ObjectSpec) -> None:
+    """A plain object: its class, and the names of its attributes (their values are its children)."""
+    _type_check(st, spec, spec.type)
+    attrs = st.name(frozenset(k[1:] for k in spec.keys), "attrs")
+    st.check(f"{spec.local}.__dict__.keys() != {attrs}", f"the attributes of {spec.path} are {[k[1:] for k in spec.keys]}",
+             (f"list(vars({spec.path}))", f"list({spec.local}.__dict__)"))  # fmt: skip
 
 
 def _tensor_checks(st: _Steps, spec: TensorSpec) -> None:
@@ -101,6 +109,8 @@ def _const_check(st: _Steps, spec: ConstSpec) -> None:
     v, x, p = spec.value, spec.local, spec.path
     if v is None or isinstance(v, bool) or v is Ellipsis:
         st.check(f"{x} is not {v!r}", f"{p} is {v!r}", (p, x))
+    elif type(v) is torch.device:  # (devices are equal, not identical, from one tensor to the next)
+        st.check(f"type({x}) is not torch.device or {x} != {st.name(v, 'device')}", f"{p} == {v!r}", (p, x))
     elif type(v) in (int, float, str, complex, bytes):
         st.check(f"type({x}) is not {type(v).__name__} or {x} != {st.name(v, 'const')}", f"{p} == {v!r}", (p, x))
     else:

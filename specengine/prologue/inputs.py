@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from specengine.codegen import callable_target, check_call
+from specengine.codegen import call_signature, check_call, module_of
 from specengine.marks import Mark, marks_of
 
 Range = tuple[int | None, int | None]
@@ -70,6 +70,21 @@ class NodeSpec:
     children: tuple
 
 
+@dataclass(frozen=True)
+class ObjectSpec:
+    """A plain Python object (an instance of a user class, such as a KV cache) read and mutated through its attributes.
+
+    `keys` are `.attr` texts, one per entry of its `__dict__`; `children` their specs. Tracing sees a shadow copy
+    (`objects.py`), never the user's object; what the trace changed in it is written back after each call.
+    """
+
+    path: str
+    local: str
+    type: type
+    keys: tuple[str, ...]
+    children: tuple
+
+
 @dataclass
 class InputSpecs:
     """The inputs of one call: a spec per parameter, plus the symbols and their hints and ranges."""
@@ -100,6 +115,45 @@ class InputSpecs:
         return out
 
 
+_MAX_OBJECT_LEAVES = 512  # a bigger object graph stays one constant, guarded by identity
+
+
+def plain_instance(value: Any) -> bool:
+    """Whether `value` is an instance of a plain user class whose state is its `__dict__` (a cache, a dataclass).
+
+    Such an object is an input through its attributes: tensors, numbers, containers and nested plain instances
+    (a graph of at most _MAX_OBJECT_LEAVES values, without cycles). Other objects stay constants (by identity).
+    """
+    return _plain_size(value, set()) is not None
+
+
+def _plain_size(value: Any, active: set) -> int | None:
+    cls = type(value)
+    if cls.__new__ is not object.__new__ or cls.__module__.split(".")[0] in ("builtins", "torch", "typing"):
+        return None
+    if isinstance(value, (type, torch.nn.Module, torch.Tensor)) or id(value) in active:
+        return None
+    attrs = getattr(value, "__dict__", None)
+    if type(attrs) is not dict or any("__slots__" in vars(c) for c in cls.__mro__[:-1]):
+        return None
+    if not all(type(a) is str and a.isidentifier() and not _data_descriptor(cls, a) for a in attrs):
+        return None
+    active.add(id(value))
+    try:
+        total = 0
+        for v in attrs.values():
+            for leaf in pytree.tree_leaves(v):
+                total += _plain_size(leaf, active) or 1 if hasattr(leaf, "__dict__") else 1
+        return total if total <= _MAX_OBJECT_LEAVES else None
+    finally:
+        active.discard(id(value))
+
+
+def _data_descriptor(cls: type, attr: str) -> bool:
+    d = getattr(cls, attr, None)
+    return d is not None and (hasattr(type(d), "__set__") or hasattr(type(d), "__delete__"))
+
+
 def _local_name(path: str) -> str:
     return re.sub(r"\W+", "_", path).strip("_") or "x"
 
@@ -111,6 +165,7 @@ class _Builder:
         self.specs: InputSpecs | None = None
         self.locals: set[str] = set()
         self.n_dims = 0
+        self.objects: set[int] = set()
 
     def local(self, path: str) -> str:
         base = name = _local_name(path)
@@ -161,6 +216,13 @@ class _Builder:
             keys = tuple(str(k) for k, _ in keyed)
             children = tuple(self.build(f"{path}{k}", v) for k, (_, v) in zip(keys, keyed))
             return NodeSpec(path, local, type(value), pytree._get_node_type(value), context, keys, children)
+        if id(value) not in self.objects and plain_instance(value):
+            self.objects.add(id(value))  # (a cycle back to an object being built stays a constant)
+            attrs = vars(value)
+            keys = tuple(f".{a}" for a in attrs)
+            children = tuple(self.build(f"{path}{k}", v) for k, v in zip(keys, attrs.values()))
+            self.objects.discard(id(value))
+            return ObjectSpec(path, local, type(value), keys, children)
         return ConstSpec(path, local, value)
 
 
@@ -190,7 +252,7 @@ def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | Non
         auto_dynamic: sources (e.g. "x.shape[0]", "n") that changed between calls, under `dynamic=None`.
     """
     check_call(fn, args, kwargs)
-    signature = inspect.signature(callable_target(fn))
+    signature = call_signature(fn)
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
     builder = _Builder(dynamic, auto_dynamic)
@@ -198,9 +260,10 @@ def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | Non
     for p in signature.parameters.values():
         builder.locals.add(p.name)
     specs.params = tuple(_param_spec(builder, p, bound.arguments[p.name]) for p in signature.parameters.values())
-    if isinstance(fn, torch.nn.Module):
-        specs.module = fn
-        specs.state = _module_state(builder, fn)
+    module = module_of(fn)
+    if module is not None:
+        specs.module = module
+        specs.state = _module_state(builder, module)
     return specs
 
 

@@ -43,6 +43,7 @@ class TraceState:
         self.scopes: list[list] = [[]]
         self.raises: list[bool] = [False]  # per scope: whether an op recorded there may raise at run time
         self.uses_default_dtype = False
+        self.output_plan = None  # objects.OutputPlan where the output is not plain or an input was changed
 
     @property
     def bsyms(self) -> list:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import collections.abc
 import inspect
 import os
-import types
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -17,26 +15,30 @@ from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
 from specengine.constraints.floats import FloatExpr
 from specengine.errors import UnsupportedOpError
-from specengine.prologue.inputs import ConstSpec, FloatSpec, InputSpecs, IntSpec, NodeSpec, TensorSpec
-from specengine.trace import effects
+from specengine.prologue.inputs import ConstSpec, FloatSpec, InputSpecs, IntSpec, NodeSpec, ObjectSpec, TensorSpec
+from specengine.trace import compiling, effects, objects
 from specengine.trace.context import NameGen, TraceState, tracing
-from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy, unsupported
-from specengine.trace.symbol import tree_leaves
+from specengine.trace.proxies import NumberProxy, TensorProxy
 from specengine.trace.trace import Trace
 
 
-def _proxy(spec: Any, names: NameGen, hints: dict[str, int]) -> Any:
+def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Shadows) -> Any:
     if isinstance(spec, TensorSpec):
         dims = tuple(E.sym(s) for s in spec.symbols)
-        return TensorProxy(names.reserve(spec.local), dims, spec.dtype, spec.device, spec.requires_grad)
+        return shadows.param(TensorProxy(names.reserve(spec.local), dims, spec.dtype, spec.device, spec.requires_grad))
     if isinstance(spec, IntSpec):
-        return NumberProxy(names.reserve(spec.symbol), E.sym(spec.symbol), hints[spec.symbol], int)
+        return shadows.param(NumberProxy(names.reserve(spec.symbol), E.sym(spec.symbol), hints[spec.symbol], int))
     if isinstance(spec, FloatSpec):
-        return NumberProxy(names.reserve(spec.symbol), FloatExpr("sym", (spec.symbol,)), hints[spec.symbol], float)
+        expr = FloatExpr("sym", (spec.symbol,))
+        return shadows.param(NumberProxy(names.reserve(spec.symbol), expr, hints[spec.symbol], float))
     if isinstance(spec, NodeSpec):
         node = pytree.SUPPORTED_NODES[spec.node_type]
-        return node.unflatten_fn([_proxy(c, names, hints) for c in spec.children], spec.context)
+        children = [_proxy(c, names, hints, shadows) for c in spec.children]
+        return shadows.container(spec, node.unflatten_fn(children, spec.context))
+    if isinstance(spec, ObjectSpec):
+        return shadows.object(spec, [_proxy(c, names, hints, shadows) for c in spec.children])
     assert isinstance(spec, ConstSpec)
+    shadows.constants.add(id(spec.value))
     return spec.value
 
 
@@ -94,22 +96,6 @@ def _owner(module: torch.nn.Module, qual: str) -> tuple[torch.nn.Module, str]:
     return module, name
 
 
-_OUTPUT_LEAVES = (Proxy, E.Expr, FloatExpr, torch.dtype, torch.device, bool, int, float, complex, str, slice,
-                  type(None), type(Ellipsis))  # fmt: skip
-
-
-def _check_output(out: Any) -> None:
-    for x in tree_leaves(out):
-        if isinstance(x, torch.Tensor):
-            raise unsupported("returning a tensor not computed from the inputs",
-                              "pass the tensor as an argument, or register it as a module buffer")  # fmt: skip
-        if isinstance(x, (types.GeneratorType, collections.abc.Iterator)):
-            raise unsupported("returning a generator", "it would be consumed once; return a tuple or list instead")
-        if not isinstance(x, _OUTPUT_LEAVES):
-            raise unsupported(f"returning a {type(x).__name__}",
-                              "return tensors and numbers, or tuples, lists and dicts of them")  # fmt: skip
-
-
 def _check_function(target: Callable) -> None:
     code = getattr(target, "__code__", None)
     if code is not None and code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
@@ -129,14 +115,23 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
 
     names = NameGen()
     state = TraceState(decider, names)
-    values = [_proxy(p, names, specs.hints) for p in specs.params]
-    state_values = [_proxy(p, names, specs.hints) for p in specs.state]
+    shadows = objects.Shadows()
+    values = [_proxy(p, names, specs.hints, shadows) for p in specs.params]
+    state_values = [_proxy(p, names, specs.hints, shadows) for p in specs.state]
     args, kwargs = _call_args(specs.signature, values)
     target = callable_target(fn)
     _check_function(target)
-    with tracing(state), TraceMode(), swapped_state(specs.module, specs.state, state_values), effects.checked(target):
+    with (
+        tracing(state),
+        compiling.compiling(),
+        TraceMode(),
+        swapped_state(specs.module, specs.state, state_values),
+        effects.checked(target),
+    ):
         out = fn(*args, **kwargs)
-    _check_output(out)
+        state.output_plan = objects.plan_outputs(out, shadows)
+    if state.output_plan is not None:
+        out = tuple(state.output_plan.leaves)
     specs.captured = effects.captured_values(target)  # their values are baked in: the prologue guards them
-    params = tuple(x for x in tree_leaves(values + state_values) if isinstance(x, (TensorProxy, NumberProxy)))
+    params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
     return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state

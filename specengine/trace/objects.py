@@ -1,0 +1,206 @@
+"""Mutable inputs and rich outputs: shadows while tracing, write-back after each call, outputs of their own type.
+
+- **Shadows.** A plain object among the inputs (an instance of a user class such as transformers' `DynamicCache`,
+  see `inputs.ObjectSpec`) and every list or dict input are traced as *copies* holding proxies. The user's objects
+  are never touched while tracing, so a compile that fails leaves no proxy in them.
+- **Write-back.** After tracing, each shadow is compared with its initial state. What the function changed (an
+  attribute set to a new tensor, `is_initialized = True`, an item appended) becomes a step that the entry replays
+  on the caller's own object after every call, with the computed tensors: the object ends up as eager leaves it.
+- **Outputs.** The output is flattened with torch.utils._pytree: registered containers (`ModelOutput`,
+  namedtuples, OrderedDict) are rebuilt with their own type around the computed leaves; a shadow comes back as the
+  caller's object; a plain object created while tracing (a new cache) is rebuilt from its recorded state. Nothing
+  runs `__post_init__` on proxies: the trace itself returns a flat tuple.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.utils import _pytree as pytree
+
+from specengine.constraints.expr import Expr
+from specengine.constraints.floats import FloatExpr
+from specengine.trace.proxies import NumberProxy, Proxy, unsupported
+
+Build = Callable[[tuple, tuple, dict], Any]  # (computed leaves, caller's objects, per-call memo) -> value
+_IMMUTABLE = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis), slice, range, torch.dtype,
+              torch.device, torch.layout, torch.memory_format)  # fmt: skip
+
+
+@dataclass
+class Shadows:
+    """The copies that tracing sees in place of mutable inputs: (spec, shadow, its initial state) each."""
+
+    items: list = field(default_factory=list)
+    by_id: dict[int, int] = field(default_factory=dict)
+    constants: set[int] = field(default_factory=set)  # ids of constant inputs (guarded by identity)
+    params: list = field(default_factory=list)  # every input proxy, in the order created
+
+    def param(self, proxy: Any) -> Any:
+        self.params.append(proxy)
+        return proxy
+
+    def object(self, spec: Any, values: list) -> Any:
+        obj = spec.type.__new__(spec.type)
+        obj.__dict__.update(zip((k[1:] for k in spec.keys), values))
+        return self._add(spec, obj, dict(obj.__dict__))
+
+    def container(self, spec: Any, value: Any) -> Any:
+        if type(value) is list:
+            return self._add(spec, value, list(value))
+        if type(value) is dict:
+            return self._add(spec, value, dict(value))
+        return value
+
+    def _add(self, spec: Any, shadow: Any, initial: Any) -> Any:
+        self.by_id[id(shadow)] = len(self.items)
+        self.items.append((spec, shadow, initial))
+        return shadow
+
+
+@dataclass
+class OutputPlan:
+    """How an entry turns the computation's flat results into the caller's output and object updates."""
+
+    leaves: list  # the proxies the computation returns, in order
+    build: Build  # the caller's output
+    steps: list  # write-back steps, each (leaves, objects, memo) -> None
+    objects: list[str]  # prologue locals of the caller's objects the steps and the output use
+
+    def wrap(self, computation: Callable, n_params: int) -> Callable:
+        build, steps = self.build, tuple(self.steps)
+
+        def entry(*inputs: Any) -> Any:
+            results, objects, memo = computation(*inputs[:n_params]), inputs[n_params:], {}
+            for step in steps:
+                step(results, objects, memo)
+            return build(results, objects, memo)
+
+        return entry
+
+
+def is_plain_output(out: Any, shadows: Shadows) -> bool:
+    """Tuples, lists and dicts of proxies and constants: the trace returns them as they are."""
+    if id(out) in shadows.by_id:
+        return False
+    if type(out) in (tuple, list):
+        return all(is_plain_output(x, shadows) for x in out)
+    if type(out) is dict:
+        return all(type(k) is str and is_plain_output(v, shadows) for k, v in out.items())
+    return isinstance(out, (Proxy, Expr, FloatExpr)) or type(out) in (bool, int, float, str, type(None))
+
+
+def plan_outputs(out: Any, shadows: Shadows) -> OutputPlan | None:
+    """The output and write-back plan, or None where the output is plain and no input was changed."""
+    planner = _Planner(shadows)
+    steps = [s for i, item in enumerate(shadows.items) for s in planner.writeback(i, *item)]
+    if not steps and is_plain_output(out, shadows):
+        return None
+    build = planner.value(out)
+    return OutputPlan(planner.leaves, build, steps, [shadows.items[i][0].local for i in planner.objects])
+
+
+class _Planner:
+    def __init__(self, shadows: Shadows):
+        self.shadows = shadows
+        self.leaves: list = []
+        self.leaf_index: dict[int, int] = {}
+        self.objects: list[int] = []  # shadow indices, in the order the entry receives the caller's objects
+        self.active: set[int] = set()
+
+    def writeback(self, i: int, spec: Any, shadow: Any, initial: Any) -> list:
+        """Steps that make the caller's object (the `i`-th shadow) what tracing left the shadow as."""
+        if isinstance(shadow, list):
+            if len(shadow) == len(initial) and all(a is b for a, b in zip(shadow, initial)):
+                return []
+            j, fns = self.object(i), [self.value(v) for v in shadow]
+            return [lambda r, o, m, j=j, fns=fns: o[j].__setitem__(slice(None), [f(r, o, m) for f in fns])]
+        state = shadow if isinstance(shadow, dict) else vars(shadow)
+        changed = [k for k in state if k not in initial or state[k] is not initial[k]]
+        removed = [k for k in initial if k not in state]
+        if not changed and not removed:
+            return []
+        j, fns = self.object(i), [(k, self.value(state[k])) for k in changed]
+        if isinstance(shadow, dict):
+            return [lambda r, o, m, j=j, fns=fns, removed=removed: _update_dict(o[j], fns, removed, r, o, m)]
+        return [lambda r, o, m, j=j, fns=fns, removed=removed: _update_object(o[j], fns, removed, r, o, m)]
+
+    def object(self, i: int) -> int:
+        if i not in self.objects:
+            self.objects.append(i)
+        return self.objects.index(i)
+
+    def value(self, v: Any) -> Build:
+        if isinstance(v, (Proxy, Expr, FloatExpr)):
+            if isinstance(v, NumberProxy) and v.expr.is_const:
+                return _constant(v.expr.value)
+            k = self.leaf_index.setdefault(id(v), len(self.leaves))
+            if k == len(self.leaves):
+                self.leaves.append(v)
+            return lambda r, o, m: r[k]
+        i = self.shadows.by_id.get(id(v))
+        if i is not None:
+            j = self.object(i)
+            return lambda r, o, m: o[j]
+        if isinstance(v, _IMMUTABLE) or id(v) in self.shadows.constants:
+            return _constant(v)
+        if isinstance(v, torch.Tensor):
+            raise unsupported("returning a tensor not computed from the inputs",
+                              "pass the tensor as an argument, or register it as a module buffer")  # fmt: skip
+        if isinstance(v, (types.GeneratorType, collections.abc.Iterator)):
+            raise unsupported("returning a generator", "it would be consumed once; return a tuple or list instead")
+        node = pytree.SUPPORTED_NODES.get(pytree._get_node_type(v))
+        if node is not None:
+            children, context = node.flatten_fn(v)
+            fns, unflatten = [self.value(c) for c in children], node.unflatten_fn
+            return lambda r, o, m: unflatten([f(r, o, m) for f in fns], context)
+        return self.new_object(v)
+
+    def new_object(self, v: Any) -> Build:
+        """An object the function created (a new cache, a dict subclass): rebuilt from its state on every call."""
+        cls, key = type(v), id(v)
+        attrs = getattr(v, "__dict__", None)
+        if cls.__module__ == "builtins" or (type(attrs) is not dict and not isinstance(v, (dict, list))):
+            raise unsupported(f"returning a {cls.__name__}", "return tensors and numbers, containers of them, "
+                              "or plain objects (a class instance whose state is its __dict__)")  # fmt: skip
+        if key in self.active:
+            raise unsupported(f"returning a {cls.__name__} that refers to itself", "return a tree of values")
+        self.active.add(key)
+        state = [(a, self.value(x)) for a, x in (attrs or {}).items()]
+        items = [(k, self.value(x)) for k, x in dict.items(v)] if isinstance(v, dict) else None
+        elements = [self.value(x) for x in list.__iter__(v)] if isinstance(v, list) else None
+        self.active.discard(key)
+
+        def build(r: tuple, o: tuple, m: dict) -> Any:
+            obj = m.get(key)
+            if obj is None:
+                obj = m[key] = cls.__new__(cls)
+                if items is not None:
+                    dict.update(obj, {k: f(r, o, m) for k, f in items})
+                if elements is not None:
+                    list.extend(obj, [f(r, o, m) for f in elements])
+                obj.__dict__.update({a: f(r, o, m) for a, f in state})
+            return obj
+
+        return build
+
+
+def _constant(v: Any) -> Build:
+    return lambda r, o, m: v
+
+
+def _update_object(obj: Any, fns: list, removed: list, r: tuple, o: tuple, m: dict) -> None:
+    state = obj.__dict__
+    for k in removed:
+        state.pop(k, None)
+    state.update({k: f(r, o, m) for k, f in fns})
+
+
+def _update_dict(d: dict, fns: list, removed: list, r: tuple, o: tuple, m: dict) -> None:
+    for k in removed:
+        d.pop(k, None)
+    d.update({k: f(r, o, m) for k, f in fns})
