@@ -23,7 +23,7 @@ from specengine.logs import topic
 from specengine.marks import check_marks, mark_constraints
 from specengine.prologue.build import build_index_key, build_prologue
 from specengine.prologue.codegen import Prologue
-from specengine.prologue.inputs import InputSpecs, describe_inputs
+from specengine.prologue.inputs import InputSpecs, TensorSpec, describe_inputs
 from specengine.provenance import Provenance
 from specengine.trace import context as trace_context
 from specengine.trace import passes
@@ -199,12 +199,13 @@ def _record_requests(requests: list[Request], decider: Decider) -> int:
     return new
 
 
-def _fusion_passes(trace: Trace, options: Options) -> Trace:
-    """Executors that fuse (nvFuser) group the ops they claimed into regions."""
+def _fusion_passes(trace: Trace, options: Options, contiguous: dict[str, bool]) -> Trace:
+    """Executors that fuse (nvFuser) group the ops they claimed into regions; `contiguous` is the contiguity
+    the prologue checks, per input tensor."""
     for ex in options.executors:
         fusion_pass = getattr(ex, "fusion_pass", None)
         if fusion_pass is not None:
-            trace = fusion_pass(trace)
+            trace = fusion_pass(trace, contiguous)
     return trace
 
 
@@ -216,8 +217,11 @@ def _computation_stage(cleaned: Trace, decider: Decider, specs: InputSpecs,
         specialized = passes.specialize(cleaned, solution.fold, specs.hints)
         claimed, requests = claim_trace(specialized, options.executors)
         if not _record_requests(requests, decider):
-            fused = _fusion_passes(passes.dce(claimed), options)
             contiguous = {r.tensor.name for r in requests if r.tensor is not None}
+            checked = {
+                t.local: t.contiguous for t in specs.leaves() if isinstance(t, TensorSpec) and t.local in contiguous
+            }
+            fused = _fusion_passes(passes.dce(claimed), options, checked)
             final = passes.insert_deletes(passes.prune_params(fused))
             return solution, [specialized, claimed, final], contiguous
     raise SpecEngineError(f"executors kept requesting new constants after {_MAX_CLAIM_ROUNDS} rounds")

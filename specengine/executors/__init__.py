@@ -69,7 +69,7 @@ def _claim(bsym: BoundSymbol, executors: Sequence[Executor], out: list, requests
             requests.extend(Request(e, ex.name, bsym) for e in claim.needs_constant if not e.is_const)
             requests.extend(Request(None, ex.name, bsym, t) for t in claim.needs_contiguous)
             return
-        if bsym.subsymbols and _claims_all(ex, bsym.subsymbols):
+        if bsym.subsymbols and _may_decompose(ex, bsym) and _claims_all(ex, bsym.subsymbols):
             for sub in bsym.subsymbols:
                 _claim(sub.with_(source=sub.source or bsym.source), (ex,), out, requests)
             return
@@ -83,4 +83,12 @@ def _claim(bsym: BoundSymbol, executors: Sequence[Executor], out: list, requests
 
 def _claims_all(ex: Executor, bsyms: Sequence[BoundSymbol]) -> bool:
     """Whether `ex` can run every op of a decomposition (directly or through deeper decompositions)."""
-    return all(ex.claim(b) is not None or (b.subsymbols and _claims_all(ex, b.subsymbols)) for b in bsyms)
+    return all(ex.claim(b) is not None or (b.subsymbols and _may_decompose(ex, b) and _claims_all(ex, b.subsymbols))
+               for b in bsyms)  # fmt: skip
+
+
+def _may_decompose(ex: Executor, bsym: BoundSymbol) -> bool:
+    """An executor may refuse an op's decomposition (`declines_decomposition`), e.g. where the decomposition
+    drops a check the op makes at run time (view's stride check)."""
+    declines = getattr(ex, "declines_decomposition", None)
+    return declines is None or not declines(bsym)

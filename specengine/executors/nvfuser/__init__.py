@@ -1,8 +1,9 @@
 """The nvFuser executor: fuses claimed prims into regions, each run as one nvFuser FusionDefinition.
 
-Claiming, region forming and needs-constant requests are pure Python (CPU-testable); lowering to
-`nvfuser_direct` is imported lazily. With the "reference" backend each region runs its prims with torch
-(used on machines without CUDA or nvFuser, and to check the regions against eager).
+Claiming, region forming, needs-constant requests and each region's fusion plan (plan.py) are pure Python
+(CPU-testable); only replaying a plan on `nvfuser_direct` needs CUDA (lowering.py, imported lazily). The
+"reference" backend claims exactly the same prims (on any device) and runs each region's prims with torch:
+it is used on machines without CUDA or nvFuser, and to check regions and plans against eager.
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ from typing import Any, Callable
 
 import torch
 
-from specengine.executors.nvfuser.claims import broadcast_requests, is_fusible, tensor_inputs
-from specengine.executors.nvfuser.lowering import LOWERABLE
+from specengine.executors.nvfuser.claims import broadcast_requests, is_fusible, lowerable, tensor_inputs
+from specengine.executors.nvfuser.plan import build_plan
 from specengine.executors.nvfuser.regions import Region, form_regions, region_symbol
 from specengine.executors.protocol import Claim
 from specengine.trace.symbol import BoundSymbol, Symbol
 from specengine.trace.trace import Trace
 
 __all__ = ["NvFuserExecutor", "nvfuser_available"]
+
+DECLINED_DECOMPOSITIONS = frozenset({"view"})
 
 
 @functools.cache
@@ -46,13 +49,9 @@ class NvFuserExecutor:
         self._impls: dict[Symbol, Symbol] = {}
 
     def claim(self, bsym: BoundSymbol) -> Claim | None:
-        if not is_fusible(bsym):
+        if not is_fusible(bsym) or not lowerable(bsym):
             return None
-        if self.backend == "nvfuser" and (
-            bsym.sym.name not in LOWERABLE
-            or bsym.kwargs_dict.get("rounding_mode") is not None  # the lowering has true division only
-            or not all(t.device.type == "cuda" for t in tensor_inputs(bsym))
-        ):
+        if self.backend == "nvfuser" and not all(t.device.type == "cuda" for t in _tensors(bsym)):
             return None
         impl = self._impls.get(bsym.sym)
         if impl is None:
@@ -60,32 +59,50 @@ class NvFuserExecutor:
             impl = self._impls[sym] = Symbol(sym.name, "nvfuser", impl=sym.impl, is_prim=True, tags=sym.tags)
         return Claim(impl, needs_constant=broadcast_requests(bsym), needs_contiguous=tuple(tensor_inputs(bsym)))
 
-    def fusion_pass(self, trace: Trace) -> Trace:
-        """Group claimed prims into regions; each region becomes one call."""
-        return form_regions(trace, _is_claimed, self._region_call)
+    def declines_decomposition(self, bsym: BoundSymbol) -> bool:
+        """`Tensor.view` raises at run time where strides do not allow the view; its decomposition (a
+        reshape) would not: view runs as torch's op."""
+        return bsym.sym.name in DECLINED_DECOMPOSITIONS
 
-    def _region_call(self, region: Region) -> BoundSymbol:
-        impl = self._build(region)
+    def fusion_pass(self, trace: Trace, contiguous: dict[str, bool] | None = None) -> Trace:
+        """Group claimed prims into regions; each region becomes one call.
+
+        `contiguous`: the contiguity the prologue checks, per input tensor of the computation (by name)."""
+        return form_regions(trace, _is_claimed, lambda region: self._region_call(region, contiguous or {}))
+
+    def _region_call(self, region: Region, contiguous: dict[str, bool]) -> BoundSymbol:
+        impl = self._build(region, contiguous)
         outputs = tuple(region.outputs)
         return BoundSymbol(region_symbol(region, impl), tuple(region.inputs), (), outputs, tuple(region.bsyms),
                            region.bsyms[0].source)  # fmt: skip
 
-    def _build(self, region: Region) -> Callable:
+    def _build(self, region: Region, contiguous: dict[str, bool]) -> Callable:
         if self.backend == "nvfuser":
             from specengine.executors.nvfuser.lowering import lower
 
-            return lower(region)
-        return reference_callable(region)
+            return lower(region, contiguous)
+        return reference_callable(region, contiguous)
 
 
 def _is_claimed(bsym: BoundSymbol) -> bool:
     return bsym.sym.module == "nvfuser"
 
 
-def reference_callable(region: Region) -> Callable[..., Any]:
-    """The region as a Python function running its prims with torch (its source is inspectable)."""
+def _tensors(bsym: BoundSymbol) -> list:
+    return tensor_inputs(bsym) + [o for o in bsym.flat_outs() if hasattr(o, "device")]
+
+
+def reference_callable(region: Region, contiguous: dict[str, bool]) -> Callable[..., Any]:
+    """The region as a Python function running its prims with torch (its source is inspectable). Its
+    `plan` is the fusion plan nvFuser would replay (every input the prologue does not check taken as
+    contiguous); `plan_for(contiguous)` builds it for other contiguities."""
     from specengine.ops import prims
 
     bsyms = tuple(b.with_(sym=prims.PRIMS[b.sym.name]) for b in region.bsyms)
     trace = Trace(f"fusion{region.index}", tuple(region.inputs), bsyms, tuple(region.outputs), "nvFuser region")
-    return trace.python_callable()
+    fn = trace.python_callable()
+    unchecked = {x.name: True for x in region.inputs if hasattr(x, "dims") and x.name not in contiguous}
+    fn.plan = build_plan(region, {**unchecked, **contiguous})
+    fn.plan_for = lambda known: build_plan(region, known)
+    fn.region = region
+    return fn

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from specengine.constraints import expr as E
+from specengine.constraints.floats import FloatExpr
 from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy
 from specengine.trace.symbol import BoundSymbol, Symbol, tree_leaves
 from specengine.trace.trace import Trace
@@ -32,7 +33,7 @@ def _names(values: Any) -> set[str]:
     for x in tree_leaves(values):
         if isinstance(x, Proxy):
             out.add(x.name)
-        elif isinstance(x, E.Expr):
+        elif isinstance(x, (E.Expr, FloatExpr)):
             out |= x.free_symbols()
     return out
 
@@ -114,7 +115,8 @@ def _toposort(first: dict[int, int], deps: dict[int, set[int]]) -> list[int]:
 
 
 def _region(index: int, bsyms: list[BoundSymbol], used: set[str]) -> Region:
-    """The region's inputs (tensors from outside, symbols its sizes use) and outputs (what `used` needs)."""
+    """The region's inputs (tensors from outside, symbols its sizes and scalars use) and outputs (what `used`
+    needs)."""
     produced, inputs, seen = set(), [], set()
     for b in bsyms:
         for x in tree_leaves((b.args, [v for _, v in b.kwargs])):
@@ -122,14 +124,30 @@ def _region(index: int, bsyms: list[BoundSymbol], used: set[str]) -> Region:
             if isinstance(x, TensorProxy) and key not in produced and key not in seen:
                 seen.add(key)
                 inputs.append(x)
-            elif isinstance(x, E.Expr) and not x.is_const:
-                for s in sorted(x.free_symbols() - seen):
-                    seen.add(s)
-                    inputs.append(NumberProxy(s, E.sym(s), 0, int))
+            elif isinstance(x, (E.Expr, FloatExpr)) and not x.is_const:
+                for s, kind in sorted(_typed_symbols(x).items()):
+                    if s not in seen:
+                        seen.add(s)
+                        inputs.append(NumberProxy(s, E.sym(s) if kind is int else FloatExpr("sym", (s,)), 0, kind))
         produced |= _outs(b)
     internal_only = {o for b in bsyms for o in _outs(b)} - used
     outputs = [o for b in bsyms for o in b.flat_outs() if isinstance(o, TensorProxy) and o.name not in internal_only]
     return Region(index, bsyms, inputs, outputs)
+
+
+def _typed_symbols(x: E.Expr | FloatExpr) -> dict[str, type]:
+    """The free symbols of `x`, each with its Python type (float symbols appear in FloatExprs as "sym")."""
+    if isinstance(x, E.Expr):
+        return dict.fromkeys(x.free_symbols(), int)
+    if x.op == "sym":
+        return {x.args[0]: float}
+    if x.op == "int":
+        return dict.fromkeys(x.args[0].free_symbols(), int)
+    out: dict[str, type] = {}
+    for a in x.args:
+        if isinstance(a, (E.Expr, FloatExpr)):
+            out.update(_typed_symbols(a))
+    return out
 
 
 def region_symbol(region: Region, impl: Callable) -> Symbol:
