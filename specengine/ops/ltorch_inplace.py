@@ -10,6 +10,8 @@ from typing import Any
 import torch
 
 from specengine.ops import prims
+from specengine.ops.generic import generic_call
+from specengine.ops.ltorch_shape import advanced_index
 from specengine.ops.registry import torchop
 from specengine.ops.utils import expand_to, hint, meta_call
 from specengine.trace.proxies import TensorProxy, unsupported
@@ -108,6 +110,9 @@ def zero_(a: TensorProxy) -> TensorProxy:
 def setitem(a: TensorProxy, key: Any, value: Any) -> None:
     if isinstance(value, torch.Tensor):
         raise unsupported("setitem with a tensor closed over from outside", "pass the tensor as an argument")
+    if advanced_index(key):  # index_put: torch's meta kernel, run in place
+        generic_call(torch.Tensor.__setitem__, (a, key, value), {})
+        return
     view = _ltorch().getitem(a, key)
     _check_broadcast_into(view, value, "setitem")
     if isinstance(value, TensorProxy) and value.dtype != view.dtype:

@@ -10,6 +10,7 @@ import torch
 
 from specengine.constraints import expr as E
 from specengine.ops import prims
+from specengine.ops.generic import generic_call
 from specengine.ops.registry import torchop
 from specengine.ops.utils import canonical_dim, decide, fmt_shape, hint, shape_arg
 from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, value_expr
@@ -161,17 +162,23 @@ def flatten(a: TensorProxy, start_dim: int = 0, end_dim: int = -1) -> TensorProx
 # Indexing with ints, slices (symbolic bounds allowed), None and Ellipsis.
 
 
+def advanced_index(key: Any) -> bool:
+    """Whether an index key holds integer tensors or lists (torch's advanced indexing: a copy, not a view)."""
+    for k in key if isinstance(key, tuple) else (key,):
+        if isinstance(k, (TensorProxy, torch.Tensor)) and k.dtype in (torch.bool, torch.uint8):
+            raise unsupported("boolean mask indexing x[mask]", "its output shape depends on the mask's values; "
+                              "keep the shape with torch.where(mask, x, 0), or index outside the compiled function")  # fmt: skip
+    return any(isinstance(k, (TensorProxy, torch.Tensor, list)) for k in (key if isinstance(key, tuple) else (key,)))
+
+
 def _index_key(a: TensorProxy, key: Any) -> list:
     key = list(key) if isinstance(key, tuple) else [key]
     for k in key:
         if isinstance(k, (TensorProxy, torch.Tensor)) and k.dtype in (torch.bool, torch.uint8):
             raise unsupported("boolean mask indexing x[mask]", "its output shape depends on the mask's values; "
                               "keep the shape with torch.where(mask, x, 0), or index outside the compiled function")  # fmt: skip
-        if isinstance(k, (TensorProxy, torch.Tensor, list)) or isinstance(k, bool):
-            raise unsupported(
-                "advanced indexing",
-                "index with ints, slices, None and ...; for tensor indices use index_select or gather",
-            )
+        if isinstance(k, bool):
+            raise unsupported("indexing with a bool", "index with ints, slices, None, ... or integer tensors")
     specified = sum(1 for k in key if k is not None and k is not Ellipsis)
     if specified > a.ndim:
         raise IndexError(f"too many indices for tensor of dimension {a.ndim}")
@@ -203,6 +210,8 @@ def _int_index(i: Any, n: E.Expr, dim: int) -> E.Expr:
 
 @torchop(operator.getitem, torch.Tensor.__getitem__, name="getitem", methods=("__getitem__",))
 def getitem(a: TensorProxy, key: Any) -> TensorProxy:
+    if advanced_index(key):
+        return generic_call(torch.Tensor.__getitem__, (a, key), {})  # integer tensors index: torch's meta kernel
     starts, ends, steps, drop, new_axes, out_pos, dim = [], [], [], [], [], 0, 0
     for k in _index_key(a, key):
         if k is None:

@@ -7,10 +7,13 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from specengine.ops.generic import generic_call, generic_method
+from specengine.trace import proxies
 from specengine.trace.proxies import Proxy, TensorProxy, unsupported
 from specengine.trace.symbol import Symbol, tree_leaves
 
 TORCH_TABLE: dict[Callable, Symbol] = {}
+proxies.FALLBACK_METHOD = generic_method
 ALWAYS_TRACED: set[Callable] = set()  # e.g. creation ops: traced even when no argument is a proxy
 
 _NAMESPACES = (
@@ -94,8 +97,7 @@ def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
         return func(*args, **kwargs)
     if sym is not None:
         return sym(*args, **kwargs)
-    name = torch.overrides.resolve_name(func) or repr(func)
-    raise unsupported(name, "it has no symbolic rule yet; run it outside the compiled function")
+    return generic_call(func, args, kwargs)  # no hand-written rule: torch's meta kernel decides
 
 
 class TraceMode(TorchFunctionMode):

@@ -45,6 +45,9 @@ def unsupported(op: str, hint: str) -> UnsupportedOpError:
     return UnsupportedOpError(op, user_frame(op).where, hint)
 
 
+FALLBACK_METHOD: Callable[[str], Callable | None] | None = None  # set by specengine.ops: Tensor methods without a rule
+
+
 class Proxy:
     """A traced value. Names are for printing only; identity is the object."""
 
@@ -134,7 +137,10 @@ class TensorProxy(Proxy):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        raise unsupported(f"Tensor.{name}", "this method has no symbolic implementation yet; call eager code")
+        method = FALLBACK_METHOD(name) if FALLBACK_METHOD is not None else None  # ops: the generic path
+        if method is None:
+            raise unsupported(f"Tensor.{name}", "this method has no symbolic implementation yet; call eager code")
+        return method.__get__(self)
 
     @classmethod
     def __torch_function__(cls, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None):

@@ -1,0 +1,261 @@
+"""The generic op path: any torch callable without a hand-written rule runs torch's own meta kernel.
+
+The proxies become meta tensors whose sizes are `torch.SymInt`s over our nodes (`trace/symnode.py`), so the
+kernel computes symbolic output sizes and every decision it takes becomes one of our constraints. Where an aten
+op has no meta kernel, its decomposition (`torch._decomp`, which holds `torch._refs`) runs instead. The result
+is one bound symbol that the torch executor runs as the real torch op.
+
+Refused with UnsupportedOpError (never a crash, never a wrong result): data-dependent output sizes (aten ops
+tagged `dynamic_output_shape` or `data_dependent_output`: nonzero, masked_select, `.item()`), `out=`, results
+that are not tensors (a Python value could depend on the real tensor's strides), in-place ops that change a
+tensor's metadata (`t_`, `resize_`), tensors closed over from outside, and kernels that fail only on symbolic
+sizes. In-place ops (found by the meta tensors' version counters) run in place, in program order, like the
+hand-written ones. Output strides are not modelled: our proxies carry sizes, dtype and device only, and every
+stand-in is contiguous, so nothing downstream reads the meta kernel's layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch._dispatch.python import enable_python_dispatcher
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from specengine.errors import UnsupportedOpError
+from specengine.trace import context
+from specengine.trace import symnode as S
+from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy, unsupported
+from specengine.trace.symbol import Symbol
+
+_REFUSED_TAGS = tuple(getattr(torch.Tag, t) for t in ("dynamic_output_shape", "data_dependent_output")
+                      if hasattr(torch.Tag, t))  # fmt: skip
+_VALUE_RESULTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, type(None))
+_SYMBOLS: dict[tuple, Symbol] = {}
+_EMPTY_STRIDED = torch.ops.aten.empty_strided.default
+_aten = torch.ops.aten
+_INDEX_OPS = {_aten.index, _aten.index_put, _aten.index_put_, _aten._index_put_impl_, _aten._unsafe_index,
+              _aten._unsafe_index_put}  # fmt: skip
+_pending: list[Any] = []
+
+
+def op_name(func: Callable) -> str:
+    """The name a trace prints for `func` (it resolves from the trace's `torch` global), e.g. torch.linalg.inv."""
+    if isinstance(func, torch._ops.OpOverload):
+        return f"torch.ops.{func.namespace}.{func._opname}.{func._overloadname}"
+    if isinstance(func, torch._ops.OpOverloadPacket):
+        return f"torch.ops.{func._qualified_op_name.replace('::', '.')}"
+    name = torch.overrides.resolve_name(func)
+    if name is None:
+        objclass = getattr(func, "__objclass__", None)
+        if objclass in (torch.Tensor, torch._C.TensorBase):
+            name = f"torch.Tensor.{func.__name__}"
+    if name is None or _resolve(name) is not func:
+        raise unsupported(repr(func), "it has no symbolic rule and no printable torch name")
+    return name
+
+
+def _resolve(path: str) -> Any:
+    obj: Any = torch
+    for part in path.split(".")[1:]:
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _symbol(func: Callable, name: str, pure: bool) -> Symbol:
+    sym = _SYMBOLS.get((func, pure))
+    if sym is None:
+        module, _, short = name.rpartition(".")
+        sym = Symbol(
+            short, module, meta=lambda *a, **k: _pending.pop(), impl=func, pure=pure, tags=frozenset({"generic"})
+        )
+        _SYMBOLS[(func, pure)] = sym
+    return sym
+
+
+class _MetaMode(TorchDispatchMode):
+    """Refuses data-dependent aten ops; runs a decomposition where an op has no meta kernel."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if any(tag in func.tags for tag in _REFUSED_TAGS) and not _integer_indexing(func, args):
+            raise S.DataDependentError(f"{func} has a data-dependent output")
+        if func is _EMPTY_STRIDED:  # strides are not modelled: a contiguous stand-in needs no storage-size guards
+            return torch.empty(args[0], dtype=kwargs.get("dtype"), device="meta")
+        try:
+            return func(*args, **kwargs)
+        except NotImplementedError:
+            decomposition = _decompositions().get(func)
+            if decomposition is None:
+                raise
+            with self:
+                return decomposition(*args, **kwargs)
+
+
+def _integer_indexing(func: Any, args: tuple) -> bool:
+    """aten.index / index_put are tagged dynamic for boolean masks only; integer indices have static sizes."""
+    if func.overloadpacket not in _INDEX_OPS or len(args) < 2:
+        return False
+    indices = [i for i in args[1] if i is not None]
+    return all(isinstance(i, torch.Tensor) and not (i.dtype is torch.bool or i.dtype is torch.uint8) for i in indices)
+
+
+def _decompositions() -> dict:
+    import torch._decomp
+
+    return torch._decomp.decomposition_table
+
+
+class _Stand_ins:
+    """The meta stand-ins of one call's arguments, and the proxies they stand for."""
+
+    def __init__(self) -> None:
+        self.tensors: list[tuple[torch.Tensor, TensorProxy, int]] = []  # (meta, proxy, version before)
+        self.devices: list[torch.device] = []
+
+    def convert(self, x: Any) -> Any:
+        if isinstance(x, TensorProxy):
+            with torch._C.DisableTorchFunction():
+                meta = torch.empty([S.symint(d) for d in x.dims], dtype=x.dtype, device="meta")
+            self.tensors.append((meta, x, meta._version))
+            self.devices.append(x.device)
+            return meta
+        if isinstance(x, NumberProxy):
+            return self._number(x)
+        if isinstance(x, torch.Tensor):
+            raise unsupported("a tensor closed over from outside", "pass the tensor as an argument")
+        return x
+
+    def _number(self, x: NumberProxy) -> Any:
+        if x.python_type is float:
+            return S.symfloat_input(x.hint, S.pin_float(x.expr, x.hint))
+        if x.python_type is bool or x.expr.is_bool:
+            return bool(x)
+        return S.symint(x.expr)
+
+
+def _device(device: Any) -> torch.device:
+    return device if isinstance(device, torch.device) else torch.device(device)
+
+
+def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """Trace `func(*args, **kwargs)` through torch's meta kernel; raises UnsupportedOpError where it cannot."""
+    name = op_name(func)
+    if kwargs.get("out") is not None:
+        raise unsupported(f"{name}(out=...)", "assign the result instead of passing out=")
+    _check_printable(name, (args, kwargs))
+    stand_ins = _Stand_ins()
+    margs, mkwargs = pytree.tree_map(stand_ins.convert, (args, kwargs))
+    device = None
+    if "device" in mkwargs and mkwargs["device"] is not None:
+        device, mkwargs["device"] = _device(mkwargs["device"]), "meta"
+    out = _run_meta(func, name, margs, mkwargs)
+    device = device or (stand_ins.devices[0] if stand_ins.devices else torch.device("cpu"))
+    pure = _check_mutations(name, stand_ins)
+    result = _outputs(name, out, stand_ins, device, pure)
+    inputs = {id(p) for _, p, _ in stand_ins.tensors}
+    if pure and all(id(r) in inputs for r in pytree.tree_leaves(result) if isinstance(r, Proxy)):
+        return result  # returns its input itself (e.g. `contiguous` of a contiguous tensor): nothing to run
+    _pending.append(result)
+    return context.require().record(_symbol(func, name, pure), args, kwargs)
+
+
+def _check_printable(name: str, tree: Any) -> None:
+    from specengine.trace.trace import format_value
+
+    try:
+        format_value(tree)
+    except TypeError as e:
+        raise unsupported(name, f"an argument cannot be written in a trace ({e})") from None
+
+
+def _run_meta(func: Callable, name: str, margs: tuple, mkwargs: dict) -> Any:
+    try:
+        with S.running_op(name), torch._C.DisableTorchFunction(), enable_python_dispatcher(), _MetaMode():
+            return func(*margs, **mkwargs)
+    except UnsupportedOpError:
+        raise
+    except S.DataDependentError as e:
+        raise unsupported(
+            name, f"its output size is data-dependent ({e}); run it outside the compiled function"
+        ) from None
+    except Exception as e:  # a real error if it also happens on concrete sizes, else a limit of the symbolic path
+        if _fails_concretely(func, margs, mkwargs, type(e)):
+            raise
+        raise unsupported(name, f"its meta kernel fails on symbolic sizes ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}); run it outside the compiled function") from e  # fmt: skip
+
+
+def _fails_concretely(func: Callable, margs: tuple, mkwargs: dict, kind: type) -> bool:
+    """Whether the kernel raises `kind` on meta tensors of the example sizes too (then eager raises it)."""
+    if issubclass(kind, NotImplementedError) or not issubclass(kind, (RuntimeError, ValueError, IndexError, TypeError)):
+        return False
+
+    def concrete(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return torch.empty([int(S.expr_of(s).eval(context.require().decider.hints)) for s in x.shape],
+                               dtype=x.dtype, device="meta")  # fmt: skip
+        if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return x.node.hint
+        return x
+
+    try:
+        with torch._C.DisableTorchFunction(), enable_python_dispatcher(), _MetaMode():
+            cargs, ckwargs = pytree.tree_map(concrete, (margs, mkwargs))
+            func(*cargs, **ckwargs)
+    except Exception as e:  # noqa: BLE001 - any failure of the concrete run settles it
+        return isinstance(e, kind) and "meta" not in str(e).lower()
+    return False
+
+
+def _check_mutations(name: str, stand_ins: _Stand_ins) -> bool:
+    """Whether the call is pure; an in-place op must keep each mutated tensor's sizes and dtype."""
+    pure = True
+    for meta, proxy, version in stand_ins.tensors:
+        if meta._version != version:
+            pure = False
+            if _dims(meta) != proxy.dims or meta.dtype != proxy.dtype:
+                raise unsupported(name, "it changes a tensor's shape or dtype in place; use the out-of-place op")
+    return pure
+
+
+def _dims(meta: torch.Tensor) -> tuple:
+    return tuple(S.expr_of(s) for s in meta.shape)
+
+
+def _outputs(name: str, out: Any, stand_ins: _Stand_ins, device: torch.device, pure: bool) -> Any:
+    leaves, spec = pytree.tree_flatten(out)
+    by_id = {id(meta): proxy for meta, proxy, _ in stand_ins.tensors}
+    grad = torch.is_grad_enabled() and any(p.requires_grad for _, p, _ in stand_ins.tensors)
+    state = context.require()
+    results = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            proxy = by_id.get(id(leaf))
+            if proxy is None:
+                wants_grad = grad and (leaf.dtype.is_floating_point or leaf.dtype.is_complex)
+                proxy = TensorProxy(state.names.fresh("t"), _dims(leaf), leaf.dtype, device, wants_grad)
+            results.append(proxy)
+        elif isinstance(leaf, _VALUE_RESULTS):
+            results.append(leaf)
+        else:
+            raise unsupported(name, f"it returns a {type(leaf).__name__}, which the generic path does not trace "
+                              "(it could depend on the real tensor's layout or data)")  # fmt: skip
+    if not any(isinstance(r, Proxy) for r in results) and pure:
+        raise unsupported(name, "it returns no tensor")
+    return pytree.tree_unflatten(results, spec)
+
+
+def generic_method(name: str) -> Callable | None:
+    """A Tensor method or tensor-valued property without a rule, as a function of the proxy (or None)."""
+    attr = getattr(torch.Tensor, name, None)
+    if attr is None:
+        return None
+    if callable(attr) and not isinstance(attr, type):
+
+        def method(self: TensorProxy, *args: Any, **kwargs: Any) -> Any:
+            return generic_call(attr, (self, *args), kwargs)
+
+        return method
+    return None
