@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -123,7 +125,8 @@ class CompiledFunction:
             current = self._source_values(args, kwargs)
             auto_dynamic = auto_dynamic | {src for src, v in current.items() if src in seen and seen[src] != v}
             seen = {**current, **seen}
-        entry = compile_entry(self._fn, args, kwargs, self._options, auto_dynamic)
+        with _gc_paused():
+            entry = compile_entry(self._fn, args, kwargs, self._options, auto_dynamic)
         self._auto_dynamic, self._seen = auto_dynamic, seen  # only a completed compile changes any state
         self._cache.add(entry, reasons)
         self._entries = self._cache.entries
@@ -165,6 +168,20 @@ class CompiledFunction:
             self._entries = ()
             self._last = self._last_compiled = None
             self._auto_dynamic, self._seen = frozenset(), {}
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No automatic garbage collection while compiling: a compile allocates many objects that all live on (the
+    entry keeps them), and each full collection it would trigger scans the whole heap (torch's modules included),
+    a cost that grows with the process, not with the program. Cyclic garbage is collected after the compile."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _trace_stage(fn: Callable, specs: InputSpecs, options: Options) -> tuple[list[Trace], Decider, Any]:

@@ -40,7 +40,10 @@ class Decider:
         self._memo: dict[E.Expr, bool] = {}
         self._solver: z3.Solver | None = None
         self._z3_env: dict[str, z3.ArithRef] = {}
-        self._subst: dict[str, E.Expr] = {}  # symbol -> representative or constant, from recorded equalities
+        # symbol -> representative or constant, from recorded equalities and static ranges (lo == hi)
+        self._subst: dict[str, E.Expr] = {
+            s: E.const(lo) for s, (lo, hi) in ranges.items() if lo is not None and lo == hi
+        }
         self._constrained: set[str] = set()  # symbols that some recorded constraint mentions
 
     def decide(self, b: E.Expr, provenance: Provenance) -> bool:

@@ -97,10 +97,15 @@ class Expr:
 
     def subs(self, mapping: Mapping[str, IntLike]) -> Expr:
         """Substitute symbols by expressions or ints, re-canonicalising (constants fold)."""
-        if self.free_symbols().isdisjoint(mapping):
+        free = self.free_symbols()
+        if not any(s in mapping for s in free):  # not isdisjoint(mapping): that walks the whole mapping
             return self
-        repl = {k: _int(v) for k, v in mapping.items()}
-        return _rebuild(self, lambda s: repl.get(s.args[0], s), {})
+
+        def leaf(s: Expr) -> Expr:  # converts only the symbols that occur (no per-call copy of the mapping)
+            v = mapping.get(s.args[0])
+            return s if v is None else _int(v)
+
+        return _rebuild(self, leaf, {})
 
     def to_python(self, name: Callable[[str], str] = str) -> str:
         """Python source for this expression; ``name`` maps a symbol name to the text printed for it."""
@@ -350,7 +355,26 @@ def ite(cond: BoolLike, a: IntLike, b: IntLike) -> Expr:
         return a
     if cond.op == "not":
         return ite(cond.args[0], b, a)
+    if cond.op == "rel" and cond.args[0] == "!=":
+        return ite(_intern("rel", ("==", cond.args[1], cond.args[2])), b, a)
+    binding = _binding(cond)
+    if binding is not None:  # `a if x == v else b` is `b` when both branches agree at x = v: If(x == 1, 1, x) -> x
+        x, v = binding
+        if a.subs({x: v}) is b.subs({x: v}):
+            return b
     return _intern("if", (cond, a, b))
+
+
+def _binding(cond: Expr) -> tuple[str, Expr] | None:
+    """For `x == e` (a symbol on one side, a constant or another symbol on the other): (x, e)."""
+    if cond.op != "rel" or cond.args[0] != "==":
+        return None
+    lhs, rhs = cond.args[1], cond.args[2]
+    if lhs.op == "sym" and (rhs.op == "const" or (rhs.op == "sym" and rhs is not lhs)):
+        return lhs.args[0], rhs
+    if rhs.op == "sym" and lhs.op == "const":
+        return rhs.args[0], lhs
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------

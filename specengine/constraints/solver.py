@@ -81,6 +81,15 @@ def substitution(pinned: Mapping[str, int], rep: Mapping[str, str]) -> dict[str,
     return sub
 
 
+def sort_symbols(names: Iterable[str]) -> list[str]:
+    """Symbol names in input order (s0, s1, ..., s10: by their sort keys)."""
+    return sorted(names, key=_sym_key)
+
+
+def _sym_key(name: str) -> tuple:
+    return E.sym(name).sort_key
+
+
 class _Classes:
     """Union-find over symbols; the representative is the first symbol in input order."""
 
@@ -93,7 +102,7 @@ class _Classes:
         return s
 
     def union(self, a: str, b: str) -> None:
-        ra, rb = sorted((self.find(a), self.find(b)), key=lambda s: E.sym(s).sort_key)
+        ra, rb = sort_symbols((self.find(a), self.find(b)))
         if ra != rb:
             self.parent[rb] = ra
 
@@ -111,6 +120,7 @@ class Solver:
         self.z3_seconds = 0.0
         self.z3_max_seconds = 0.0
         self.notes: list[str] = []
+        self._all_symbols: list[str] | None = None
 
     def solve(self) -> Solution:
         try:
@@ -129,10 +139,11 @@ class Solver:
         return Solution(guards, pins, {}, key, self.z3_calls, ranges=self.ranges)
 
     def _symbols(self) -> list[str]:
-        names = set(self.ranges)
-        for c in self.constraints:
-            names |= c.expr.free_symbols()
-        return sorted(names, key=lambda s: E.sym(s).sort_key)
+        """Every symbol of the ranges and constraints, in input order (computed once)."""
+        if self._all_symbols is None:
+            names = set(self.ranges).union(*(c.expr.free_symbols() for c in self.constraints))
+            self._all_symbols = sort_symbols(names)
+        return self._all_symbols
 
     def _solve(self) -> Solution:
         classes, pinned, eq_prov = self._classes_and_pins()
@@ -170,8 +181,12 @@ class Solver:
                 classes.union(*pair)
                 for name in pair:
                     prov.setdefault(name, c.provenance)
-        for s in list(pinned):
-            pinned.update({t: pinned[s] for t in self._symbols() if classes.find(t) == classes.find(s)})
+        if pinned and classes.parent:  # a pinned symbol pins its whole class
+            members: dict[str, list[str]] = {}
+            for t in self._symbols():
+                members.setdefault(classes.find(t), []).append(t)
+            for s in list(pinned):
+                pinned.update(dict.fromkeys(members.get(classes.find(s), ()), pinned[s]))
         return classes, pinned, prov
 
     def _substituted(self, rep: Mapping[str, str], pinned: Mapping[str, int]) -> list[Constraint]:
@@ -219,15 +234,22 @@ class Solver:
         return result
 
     def _implicit_pins(self, constraints: list[Constraint], pinned: Mapping[str, int]) -> dict[str, int]:
-        """Symbols that the constraints force to one value (e.g. `s0*s0 == 9` with `s0 >= 0`).
+        """Symbols that the constraints force to one value (e.g. `s0*s0 == 9` with `s0 >= 0`), component by
+        component (constraints that share no symbol with a candidate cannot pin it)."""
+        out: dict[str, int] = {}
+        for group in components([c.expr for c in constraints]):
+            out.update(self._implicit_pins_of([constraints[i] for i in group], pinned))
+        return out
 
-        One query asks for a model in which some candidate differs from its hint; the candidates that
+    def _implicit_pins_of(self, constraints: list[Constraint], pinned: Mapping[str, int]) -> dict[str, int]:
+        """One query asks for a model in which some candidate differs from its hint; the candidates that
         differ in the model are not pinned and leave. Unsat means every remaining candidate is pinned.
         """
         env: dict = {}
-        solver = self._z3(range_facts(self.ranges, env) + [to_z3(c.expr, env) for c in constraints])
-        candidates = sorted({s for c in constraints for s in c.expr.free_symbols()} - set(pinned),
-                            key=lambda s: E.sym(s).sort_key)  # fmt: skip
+        candidates = sort_symbols({s for c in constraints for s in c.expr.free_symbols()} - set(pinned))
+        if not candidates:
+            return {}
+        solver = self._z3(self._range_facts(candidates, env) + [to_z3(c.expr, env) for c in constraints])
         while candidates:
             terms = {s: to_z3(E.sym(s), env) for s in candidates}
             query = [z3.Or(*(t != self.hints[s] for s, t in terms.items()))]
@@ -242,33 +264,36 @@ class Solver:
             candidates = [s for s in candidates if values[s] == self.hints[s]]
         return {}
 
+    def _range_facts(self, symbols: Iterable[str], env: dict) -> list:
+        return range_facts({s: self.ranges[s] for s in symbols if s in self.ranges}, env)
+
     def _minimize(self, constraints: list[Constraint], pinned: Mapping[str, int]) -> list[Constraint]:
         """Drop each constraint that the ranges and the remaining constraints imply.
 
-        Each constraint is translated once and guarded by an indicator literal; a query assumes the
-        indicators of the constraints still kept.
+        Constraints that share no symbol (transitively) with a constraint cannot change whether it is
+        implied (every group is satisfiable: the hints satisfy it), so each group is minimized on its own.
         """
-        env: dict = {}
-        ranges = {s: r for s, r in self.ranges.items() if s not in pinned}
-        terms = [to_z3(c.expr, env) for c in constraints]
-        flags = [z3.Bool(f"__keep{i}") for i in range(len(constraints))]
-        solver = self._z3(range_facts(ranges, env) + [z3.Implies(f, t) for f, t in zip(flags, terms)])
-        kept = list(range(len(constraints)))
-        for i, c in enumerate(constraints):
-            if not self._may_be_implied(c, [constraints[j] for j in kept if j != i], ranges):
-                continue
-            others = tuple(flags[j] for j in kept if j != i)
-            if self._check(solver, [z3.Not(terms[i])], f"minimizing {c}", others) == z3.unsat:
-                kept.remove(i)
-        return [constraints[i] for i in kept]
+        kept: list[int] = []
+        for group in components([c.expr for c in constraints]):
+            kept += self._minimize_group(constraints, group)
+        return [constraints[i] for i in sorted(kept)]
 
-    @staticmethod
-    def _may_be_implied(c: Constraint, others: list[Constraint], ranges: Ranges) -> bool:
-        """False when no other constraint shares a symbol with `c` and the ranges do not decide it."""
-        symbols = c.expr.free_symbols()
-        if any(symbols & o.expr.free_symbols() for o in others):
-            return True
-        return decide_by_bounds(c.expr, ranges) is not None
+    def _minimize_group(self, constraints: list[Constraint], group: list[int]) -> list[int]:
+        """The indices of `group` kept. Each constraint is translated once and guarded by an indicator literal;
+        a query assumes the indicators of the constraints still kept. Interval bounds settle some without z3."""
+        kept = [i for i in group if decide_by_bounds(constraints[i].expr, self.ranges) is not True]
+        if not kept:
+            return []
+        env: dict = {}
+        terms = {i: to_z3(constraints[i].expr, env) for i in kept}
+        flags = {i: z3.Bool(f"__keep{i}") for i in kept}
+        symbols = set().union(*(constraints[i].expr.free_symbols() for i in kept))
+        solver = self._z3(self._range_facts(symbols, env) + [z3.Implies(flags[i], terms[i]) for i in kept])
+        for i in list(kept):
+            others = tuple(flags[j] for j in kept if j != i)
+            if self._check(solver, [z3.Not(terms[i])], f"minimizing {constraints[i]}", others) == z3.unsat:
+                kept.remove(i)
+        return kept
 
     def _class_guards(self, rep: Mapping[str, str], pinned: Mapping[str, int],
                       prov: Mapping[str, Provenance]) -> tuple[Constraint, ...]:  # fmt: skip
@@ -280,6 +305,28 @@ class Solver:
             elif s in rep:
                 out.append(Constraint(E.eq(E.sym(s), E.sym(rep[s])), prov.get(s, default)))
         return tuple(out)
+
+
+def components(exprs: list[E.Expr]) -> list[list[int]]:
+    """Indices of `exprs` grouped by shared symbols (transitively), each group in order; constant ones alone."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for e in exprs:
+        names = iter(e.free_symbols())
+        first = next(names, None)
+        for other in names:
+            parent[find(other)] = find(first)
+    groups: dict[Any, list[int]] = {}
+    for i, e in enumerate(exprs):
+        first = next(iter(e.free_symbols()), None)
+        groups.setdefault(find(first) if first is not None else ("const", i), []).append(i)
+    return list(groups.values())
 
 
 def _expression_pins(constraints: list[Constraint]) -> dict[E.Expr, int]:

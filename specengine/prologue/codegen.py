@@ -73,7 +73,8 @@ class Prologue:
         self.fn: Callable = exec_source(self.source, name, glb)
         unindexed = [s for s in steps if not (isinstance(s, Check) and s.indexed)]
         self.fn_indexed: Callable = exec_source(_render(name, sig, unindexed, returns, fast=True), name, glb)
-        self._explain = exec_source(_render(name, sig, steps, returns, fast=False), name, glb)
+        self._sig, self._returns = sig, returns
+        self._explain: Callable | None = None  # compiled on the first miss that asks (recompile reasons)
 
     def __str__(self) -> str:
         return self.source
@@ -86,6 +87,9 @@ class Prologue:
 
     def explain(self, args: tuple, kwargs: dict) -> str | None:
         """The first failing check for these inputs, with actual values; None if all pass."""
+        if self._explain is None:
+            src = _render(self.name, self._sig, self.steps, self._returns, fast=False)
+            self._explain = exec_source(src, self.name, self.globals)
         index, actual = self._explain(*args, **kwargs)
         checks = [s for s in self.steps if isinstance(s, Check)]
         return None if index < 0 else checks[index].message(actual)

@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from torch.utils import _pytree as pytree
-
 from specengine.provenance import Provenance
-from specengine.trace import context
+from specengine.trace import context, leaves
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,24 +78,11 @@ class BoundSymbol:
         )
 
 
-def _is_slice(v: Any) -> bool:
-    return isinstance(v, slice)
-
-
 def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
     """torch's pytree map that also looks inside slices (whose bounds may be symbolic)."""
-
-    def leaf(v: Any) -> Any:
-        if isinstance(v, slice):
-            return slice(*(tree_map(fn, c) for c in (v.start, v.stop, v.step)))
-        return fn(v)
-
-    return pytree.tree_map(leaf, tree, is_leaf=_is_slice)
+    return leaves.map_leaves(fn, tree)
 
 
 def tree_leaves(tree: Any) -> list[Any]:
     """torch's pytree leaves, looking inside slices."""
-    out = []
-    for v in pytree.tree_leaves(tree, is_leaf=_is_slice):
-        out.extend(tree_leaves([v.start, v.stop, v.step]) if isinstance(v, slice) else [v])
-    return out
+    return leaves.leaves(tree)
