@@ -84,7 +84,7 @@ def test_floats_are_symbolic_under_dynamic_true_with_predicate_guards():
     for s in (1.5, 2.0, 1.5, -0.3):
         run_both(f, cfn, [torch.randn(3), s])
     assert counts(cfn) == (2, 2)
-    assert guards(cfn) == ["s <= 0"]
+    assert guards(cfn) == ["not (s > 0)"]  # not "s <= 0": NaN fails s > 0 and s <= 0 alike
     assert "torch.mul(x, s)" in str(specengine.last_traces(cfn)[-1])  # s is an input of the computation
     run_both(f, cfn, [torch.randn(3), 2])  # an int where a float was traced: an entry of its own
     assert counts(cfn) == (3, 2)

@@ -51,13 +51,13 @@ def test_int_and_index_pin_with_an_equality_guard():
     assert guards(cfn) == ["x.shape[0] == 4"]
 
 
-def test_float_results_of_symbolic_ints_pin_them():
+def test_true_division_of_a_symbolic_int_stays_symbolic_and_float_functions_pin():
     def f(x):
         return x / math.sqrt(x.shape[-1]) + x.shape[0] / 2 + x.shape[1] ** -0.5
 
-    cfn = sweep(f, [[(2, 4)], [(2, 4)], [(3, 4)]])
-    assert counts(cfn) == (2, 1)
-    assert sorted(guards(cfn)) == ["x.shape[0] == 3", "x.shape[1] == 4"]
+    cfn = sweep(f, [[(2, 4)], [(2, 4)], [(3, 4)], [(3, 5)]])
+    assert counts(cfn) == (2, 2)
+    assert sorted(guards(cfn)) == ["x.shape[1] == 5"]  # x.shape[0] / 2 is a float expression over x.shape[0]
 
 
 def test_integer_power_stays_symbolic():

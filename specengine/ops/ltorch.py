@@ -27,7 +27,7 @@ from specengine.ops.utils import (
     fmt_shape,
     meta_call,
 )
-from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, value_expr
+from specengine.trace.proxies import NumberProxy, TensorProxy, is_outside_tensor, unsupported, value_expr
 
 # Elementwise.
 
@@ -36,7 +36,7 @@ def _operand(x: Any) -> Any:
     """Numbers enter prims as int Exprs (symbolic) or Python scalars; tensors as they are."""
     if isinstance(x, NumberProxy):  # symbolic: an int Expr or a FloatExpr, computed from the prologue's symbols
         return x.expr
-    if isinstance(x, torch.Tensor):
+    if is_outside_tensor(x):
         raise unsupported(
             "a tensor closed over from outside", "pass the tensor as an argument, or register it as a module buffer"
         )

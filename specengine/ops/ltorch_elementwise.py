@@ -14,7 +14,7 @@ from specengine.ops import prims
 from specengine.ops.ltorch_inplace import _check_broadcast_into, _write, copy_to
 from specengine.ops.registry import torchop
 from specengine.ops.utils import broadcast_shapes, convert, expand_to, meta_call, meta_value
-from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
+from specengine.trace.proxies import NumberProxy, TensorProxy, is_outside_tensor, unsupported
 from specengine.trace.symbol import Symbol
 
 _UNARY = ["expm1", "log1p", "log2", "sqrt", "rsqrt", "sin", "cos", "erf", "reciprocal", "floor", "ceil", "trunc",
@@ -79,7 +79,7 @@ def _type_name(x: Any) -> str:
 
 
 def _no_outside(*xs: Any) -> None:
-    if any(isinstance(x, torch.Tensor) for x in xs):
+    if any(is_outside_tensor(x) for x in xs):
         raise unsupported("a tensor closed over from outside", "pass the tensor as an argument")
 
 
@@ -462,7 +462,7 @@ def _to_args(args: tuple, kwargs: dict) -> tuple:
     if args and isinstance(args[0], TensorProxy):
         other = args.pop(0)
         dtype, device = other.dtype, other.device
-    elif args and isinstance(args[0], torch.Tensor):
+    elif args and is_outside_tensor(args[0]):
         raise unsupported("Tensor.to(a tensor closed over from outside)", "pass the tensor as an argument")
     elif args and isinstance(args[0], torch.dtype):
         dtype = args.pop(0)
@@ -487,7 +487,7 @@ def to(a: TensorProxy, *args: Any, **kwargs: Any) -> TensorProxy:
 
 @torchop(torch.Tensor.type_as, name="type_as", methods=("type_as",))
 def type_as(a: TensorProxy, other: TensorProxy) -> TensorProxy:
-    if isinstance(other, torch.Tensor):
+    if is_outside_tensor(other):
         raise unsupported("type_as(a tensor closed over from outside)", "pass the tensor as an argument")
     _require_tensor("type_as", other)
     return _cast(a, other.dtype, None, False, None)

@@ -14,7 +14,7 @@ from specengine.ops.generic import generic_call
 from specengine.ops.ltorch_shape import advanced_index
 from specengine.ops.registry import torchop
 from specengine.ops.utils import expand_to, hint, meta_call
-from specengine.trace.proxies import TensorProxy, unsupported
+from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported
 from specengine.trace.symbol import Symbol
 
 __all__ = ["add_", "sub_", "mul_", "div_", "copy_", "fill_", "zero_", "setitem"]
@@ -108,7 +108,7 @@ def zero_(a: TensorProxy) -> TensorProxy:
 
 @torchop(operator.setitem, torch.Tensor.__setitem__, name="setitem", methods=("__setitem__",), pure=False)
 def setitem(a: TensorProxy, key: Any, value: Any) -> None:
-    if isinstance(value, torch.Tensor):
+    if is_outside_tensor(value):
         raise unsupported("setitem with a tensor closed over from outside", "pass the tensor as an argument")
     if advanced_index(key):  # index_put: torch's meta kernel, run in place
         generic_call(torch.Tensor.__setitem__, (a, key, value), {})

@@ -17,7 +17,7 @@ from specengine.constraints import expr as E
 from specengine.ops import prims
 from specengine.ops.registry import torchop
 from specengine.ops.utils import broadcast_shapes, convert, decide, expand_to, fmt_shape, hint, meta_value
-from specengine.trace.proxies import TensorProxy, unsupported, value_expr
+from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported, value_expr
 
 __all__ = [
     "embedding", "torch_embedding", "layer_norm", "rms_norm", "group_norm", "torch_group_norm", "dropout",
@@ -77,7 +77,7 @@ def _type_name(dtype: torch.dtype) -> str:
 
 
 def _no_outside_tensors(*xs: Any) -> None:
-    if any(isinstance(x, torch.Tensor) for x in xs):
+    if any(is_outside_tensor(x) for x in xs):
         raise unsupported("a tensor closed over from outside", "pass the tensor as an argument")
 
 

@@ -17,7 +17,7 @@ from specengine.constraints import expr as E
 from specengine.ops import prims
 from specengine.ops.registry import torchop
 from specengine.ops.utils import broadcast_shapes, canonical_dim, canonical_dims, convert, decide, expand_to, meta_call
-from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, value_expr
+from specengine.trace.proxies import NumberProxy, TensorProxy, is_outside_tensor, unsupported, value_expr
 
 __all__ = [
     "prod", "var", "std", "var_mean", "std_mean", "amin", "max", "min", "argmax", "argmin", "all", "any",
@@ -138,7 +138,7 @@ def _check_dim_arg(op: str, dim: Any) -> None:
 
 
 def _check_tensor_arg(x: Any, op: str) -> None:
-    if isinstance(x, torch.Tensor):
+    if is_outside_tensor(x):
         raise unsupported(f"{op} with a tensor closed over from outside", "pass the tensor as an argument")
 
 

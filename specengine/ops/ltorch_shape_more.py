@@ -34,7 +34,7 @@ from specengine.ops.utils import (
     shape_arg,
 )
 from specengine.trace import context
-from specengine.trace.proxies import TensorProxy, unsupported, value_expr
+from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported, value_expr
 
 __all__ = [
     "contiguous", "t", "expand_as", "repeat", "unflatten", "split", "chunk", "unbind", "cat", "stack", "narrow",
@@ -224,7 +224,7 @@ def unbind(a: TensorProxy, dim: int = 0) -> tuple:
 def _tensor_list(tensors: Any, op: str) -> list:
     tensors = list(tensors)
     for x in tensors:
-        if isinstance(x, torch.Tensor):
+        if is_outside_tensor(x):
             raise unsupported(f"{op} with a tensor closed over from outside", "pass the tensor as an argument")
     return tensors
 

@@ -9,7 +9,7 @@ from torch.overrides import TorchFunctionMode
 
 from specengine.ops.generic import generic_call, generic_method
 from specengine.trace import proxies
-from specengine.trace.proxies import Proxy, TensorProxy, unsupported
+from specengine.trace.proxies import Proxy, TensorProxy, is_outside_tensor, unsupported
 from specengine.trace.symbol import Symbol, tree_leaves
 
 TORCH_TABLE: dict[Callable, Symbol] = {}
@@ -89,7 +89,7 @@ def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
     cached calls: it is rejected. (Meta tensors are the stand-ins that decompositions run torch's checks on.)
     """
     sym = TORCH_TABLE.get(func)
-    if sym is not None and not sym.pure and args and isinstance(args[0], torch.Tensor) and not args[0].is_meta:
+    if sym is not None and not sym.pure and args and is_outside_tensor(args[0]) and not args[0].is_meta:
         name = torch.overrides.resolve_name(func) or sym.name
         raise unsupported(f"{name} on a tensor closed over from outside",
                           "it would mutate the tensor only while tracing; pass the tensor as an argument")  # fmt: skip

@@ -18,7 +18,7 @@ from specengine.errors import UnsupportedOpError
 from specengine.prologue.inputs import ConstSpec, FloatSpec, InputSpecs, IntSpec, NodeSpec, ObjectSpec, TensorSpec
 from specengine.trace import compiling, effects, objects
 from specengine.trace.context import NameGen, TraceState, tracing
-from specengine.trace.proxies import NumberProxy, TensorProxy
+from specengine.trace.proxies import NumberProxy, TensorProxy, tensor_isinstance, unflatten_size
 from specengine.trace.trace import Trace
 
 
@@ -34,6 +34,8 @@ def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Sh
     if isinstance(spec, NodeSpec):
         node = pytree.SUPPORTED_NODES[spec.node_type]
         children = [_proxy(c, names, hints, shadows) for c in spec.children]
+        if spec.node_type is torch.Size:  # a SymSize where a size is symbolic
+            return shadows.container(spec, unflatten_size(children, None))
         return shadows.container(spec, node.unflatten_fn(children, spec.context))
     if isinstance(spec, ObjectSpec):
         return shadows.object(spec, [_proxy(c, names, hints, shadows) for c in spec.children])
@@ -125,6 +127,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
         tracing(state),
         compiling.compiling(),
         TraceMode(),
+        tensor_isinstance(),
         swapped_state(specs.module, specs.state, state_values),
         effects.checked(target),
     ):

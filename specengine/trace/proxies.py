@@ -7,12 +7,16 @@ asked to make (`bool`, `int`, `__index__`) goes through the tracing state and be
 
 from __future__ import annotations
 
+import builtins
 import math
-import operator
-from collections.abc import Sequence
+import threading
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
 import torch
+from torch.utils import _pytree as pytree
 
 from specengine.constraints import expr as E
 from specengine.constraints import floats
@@ -54,6 +58,60 @@ class Proxy:
     __slots__ = ("name",)
 
 
+def is_outside_tensor(x: Any) -> bool:
+    """A real tensor (e.g. closed over from outside), not a proxy. While tracing, `isinstance(proxy, torch.Tensor)`
+    holds (see `tensor_isinstance`), so `isinstance` alone cannot tell."""
+    return isinstance(x, torch.Tensor) and not isinstance(x, Proxy)
+
+
+_real_isinstance = builtins.isinstance
+_hook_lock = threading.Lock()
+_hook_depth = 0
+
+
+def _names_a_base_of(base: type, cls: Any) -> bool:
+    """Whether `isinstance(an instance of base, cls)` holds by class alone (cls: a type, a tuple or a union)."""
+    if _real_isinstance(cls, tuple):
+        return any(_names_a_base_of(base, c) for c in cls)
+    if _real_isinstance(cls, types.UnionType):
+        return any(_names_a_base_of(base, c) for c in cls.__args__)
+    return _real_isinstance(cls, type) and issubclass(base, cls)
+
+
+def _traced_isinstance(obj: Any, cls: Any, /) -> bool:
+    t = type(obj)
+    if (t is TensorProxy or t is SymSize) and not _real_isinstance(obj, cls):
+        return _names_a_base_of(torch.Tensor if t is TensorProxy else torch.Size, cls)
+    return _real_isinstance(obj, cls)
+
+
+@contextmanager
+def tensor_isinstance() -> Iterator[None]:
+    """While tracing, `isinstance(x, torch.Tensor)` (so `torch.is_tensor(x)`) holds for a TensorProxy and
+    `isinstance(x.shape, torch.Size)` for its shape, as in eager; `torch.broadcast_shapes` takes symbolic sizes.
+
+    The builtin is swapped only for Python callers: torch's C code checks tensors with its own `PyObject_IsInstance`
+    and unpacks them, so a proxy must not pass for a tensor there (a `__class__` property would). Nothing of this
+    runs on cached calls; nested and concurrent traces share one swap.
+    """
+    global _hook_depth
+    with _hook_lock:
+        if _hook_depth == 0:
+            for owner, name, hook in _HOOKS:
+                if getattr(owner, name) is _ORIGINALS[name]:
+                    setattr(owner, name, hook)
+        _hook_depth += 1
+    try:
+        yield
+    finally:
+        with _hook_lock:
+            _hook_depth -= 1
+            if _hook_depth == 0:
+                for owner, name, hook in _HOOKS:
+                    if getattr(owner, name) is hook:  # leave alone one that someone else put there
+                        setattr(owner, name, _ORIGINALS[name])
+
+
 class TensorProxy(Proxy):
     """A tensor during tracing: symbolic dims (canonical int Exprs), dtype, device and requires_grad."""
 
@@ -77,8 +135,8 @@ class TensorProxy(Proxy):
         return tuple(d.value if d.op == "const" else d for d in self.dims)
 
     @property
-    def shape(self) -> tuple:
-        return _prims().shape(self)
+    def shape(self) -> SymSize:
+        return SymSize(_prims().shape(self))
 
     def size(self, dim: int | None = None) -> Any:
         shape = self.shape
@@ -89,6 +147,9 @@ class TensorProxy(Proxy):
 
     def numel(self) -> Any:
         return math.prod(self.shape, start=1)
+
+    def nelement(self) -> Any:
+        return self.numel()
 
     def is_floating_point(self) -> bool:
         return self.dtype.is_floating_point
@@ -135,8 +196,9 @@ class TensorProxy(Proxy):
         raise unsupported("Tensor.tolist", "reading tensor data is data-dependent; keep the value a tensor")
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
+        if name.startswith("__") or not hasattr(torch.Tensor, name):
+            # as eager: hasattr(x, "jax") is False (transformers asks it of every tensor)
+            raise AttributeError(f"'Tensor' object has no attribute '{name}'")
         method = FALLBACK_METHOD(name) if FALLBACK_METHOD is not None else None  # ops: the generic path
         if method is None:
             raise unsupported(f"Tensor.{name}", "this method has no symbolic implementation yet; call eager code")
@@ -156,12 +218,13 @@ class NumberProxy(Proxy, torch.SymInt):
     """An int, float or bool whose value is a symbolic expression; `hint` is the example value.
 
     It subclasses `torch.SymInt` only so that torch's argument parser lets it through to our
-    torch-function mode (`torch.arange(n)`, `torch.full((n, 2), v)`); it has no SymNode, and every
-    SymInt protocol it does not implement symbolically pins its value with a recorded guard.
+    torch-function mode (`torch.arange(n)`, `torch.full((n, 2), v)`); it has no SymNode. Its `__class__` is its
+    Python type, so `isinstance(n, int)` holds as in eager (torch's C code checks numbers by type flags, never
+    by `__class__`). The number protocols live in `specengine.trace.numbers`: each follows a symbolic rule or
+    pins the value with a recorded guard. Hashing, `str`, `repr` and formatting pin it while tracing.
     """
 
     __slots__ = ("expr", "hint", "python_type")
-    __hash__ = object.__hash__
 
     def __init__(self, name: str, expr: E.Expr, hint: Any, python_type: type):
         self.name = name
@@ -169,36 +232,51 @@ class NumberProxy(Proxy, torch.SymInt):
         self.hint = hint
         self.python_type = python_type
 
+    @property
+    def __class__(self) -> type:  # noqa: PLE0302 - isinstance(n, int) and isinstance(s, float) hold, as in eager
+        return self.python_type
+
     def type_string(self) -> str:
         return f"{self.python_type.__name__} {self.expr}"
 
     def __bool__(self) -> bool:
-        if self.python_type is float:
-            b = self.expr if self.expr.is_bool else floats.binary("!=", self.expr, 0.0)
+        if self.expr.is_bool:
+            b = self.expr
+        elif self.python_type is float:
+            b = floats.binary("!=", self.expr, 0.0)  # bool(nan) is True, bool(-0.0) False: as `!= 0.0`
         else:
-            b = self.expr if self.expr.is_bool else E.ne(self.expr, 0)
+            b = E.ne(self.expr, 0)
         return context.require().decide(b, "bool", "branch")
 
     def __index__(self) -> int:
-        return self._pin("index", "a concrete int is needed (indexing, range)")
+        if self.python_type is float:
+            raise TypeError("'float' object cannot be interpreted as an integer")
+        return int(self._pin("index", "a concrete int is needed (indexing, range)"))
 
     def __int__(self) -> int:
-        return self._pin("int", "int() needs a concrete value")
+        return int(self._pin("int", "int() needs a concrete value"))
 
     def __float__(self) -> float:
         return float(self._pin("float", "float() needs a concrete value"))
 
-    def __round__(self, ndigits: int | None = None) -> Any:
-        return round(self._pin("round", "round() needs a concrete value"), ndigits)
-
     def __len__(self) -> int:
         raise TypeError(f"object of type '{self.python_type.__name__}' has no len()")
+
+    def __hash__(self) -> int:
+        if context.current() is None:
+            return object.__hash__(self)  # the engine's own bookkeeping, after tracing
+        return hash(self._value("hash", "hashing (a set, a dict key, `in {...}`) needs a concrete value"))
 
     def __str__(self) -> str:
         return str(self._value("str", "str() needs a concrete value"))
 
     def __format__(self, spec: str) -> str:
         return format(self._value("format", "formatting (an f-string) needs a concrete value"), spec)
+
+    def __repr__(self) -> str:
+        if context.current() is None:
+            return f"<NumberProxy {self.name}: {self.type_string()}>"
+        return repr(self._value("repr", "repr() needs a concrete value"))
 
     def _value(self, op: str, reason: str) -> Any:
         """The concrete value, as its Python type (a guard pins it)."""
@@ -208,125 +286,91 @@ class NumberProxy(Proxy, torch.SymInt):
     def _pin(self, op: str, reason: str) -> Any:
         if self.expr.is_bool:
             return int(context.require().decide(self.expr, op, reason))
-        if self.python_type is float:
-            context.require().decide(floats.binary("==", self.expr, self.hint), op, reason)
+        if self.python_type is float:  # `same` tells -0.0 from 0.0, and matches NaN
+            context.require().decide(floats.same(self.expr, self.hint), op, reason)
             return self.hint
         return context.require().pin(self.expr, op, reason)
 
+
+class SymSize(tuple):
+    """`x.shape` while tracing: a tuple of ints and int NumberProxies that behaves as `torch.Size`.
+
+    (`torch.Size` itself cannot be subclassed, and its C methods would read the proxies as ints.) It compares equal
+    to tuples, slices, concatenates and repeats to a SymSize, has `.numel()`, is `isinstance(..., torch.Size)` while
+    tracing, and is returned from the compiled function as a `torch.Size`. Its repr, str and hash pin the sizes.
+    """
+
+    __slots__ = ()
+
+    def numel(self) -> Any:
+        return math.prod(self, start=1)
+
+    def __getitem__(self, key: Any) -> Any:
+        out = tuple.__getitem__(self, key)
+        return SymSize(out) if type(key) is slice else out
+
+    def __add__(self, other: Any) -> Any:
+        if not isinstance(other, tuple):
+            raise TypeError(f"can only concatenate tuple (not {type(other).__name__}) to torch.Size")
+        return SymSize(tuple.__add__(self, other))
+
+    def __radd__(self, other: Any) -> Any:
+        return SymSize(tuple.__add__(other, self)) if isinstance(other, tuple) else NotImplemented
+
+    def __mul__(self, n: Any) -> Any:
+        return SymSize(tuple.__mul__(self, n))
+
+    __rmul__ = __mul__
+
     def __repr__(self) -> str:
-        return f"<NumberProxy {self.name}: {self.type_string()}>"
+        return f"torch.Size([{', '.join(repr(d) for d in self)}])"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return format(repr(self), spec)
+
+    def __reduce__(self) -> tuple:
+        raise unsupported("pickling a shape", "pickle outside the compiled function")
 
 
-_FLOAT_OPS = {"sym_add": "+", "sym_sub": "-", "sym_mul": "*", "sym_eq": "==", "sym_ne": "!=", "sym_lt": "<",
-              "sym_le": "<=", "sym_gt": ">", "sym_ge": ">="}  # fmt: skip
+def _flatten_size(s: SymSize) -> tuple[list, None]:
+    return list(s), None
 
 
-_SYMBOLS = {"sym_add": "+", "sym_sub": "-", "sym_mul": "*", "sym_floordiv": "//", "sym_mod": "%", "sym_and": "&",
-            "sym_or": "|"}  # fmt: skip
+def unflatten_size(values: Any, context: Any) -> Any:
+    """A torch.Size where every size is an int (a compiled function's output), else a SymSize (inside traces)."""
+    values = tuple(values)
+    return torch.Size(values) if all(type(v) is int for v in values) else SymSize(values)
 
 
-def _is_float(x: Any) -> bool:
-    return isinstance(x, NumberProxy) and x.python_type is float
+pytree.register_pytree_node(SymSize, _flatten_size, unflatten_size,
+                            flatten_with_keys_fn=lambda s: ([(pytree.SequenceKey(i), v) for i, v in enumerate(s)],
+                                                            None))  # fmt: skip
 
 
-def float_result(op: str, a: Any, b: Any) -> Any:
-    """`a op b` where one side is a symbolic float: a float (or bool) NumberProxy over a FloatExpr."""
-    r = floats.binary(op, a.expr if isinstance(a, NumberProxy) else a, b.expr if isinstance(b, NumberProxy) else b)
-    if r.is_const:
-        return r.args[0]
-    state = context.require()
-    hint = r.eval(state.decider.hints)
-    return NumberProxy(state.names.fresh("f"), r, hint, bool if r.is_bool else float)
+def _broadcast_shapes(*shapes: Any) -> Any:
+    """torch.broadcast_shapes on symbolic sizes: every decision (a size is 1, sizes match) is a guard."""
+    as_tuples = [(s,) if type(s) in (int, NumberProxy) else tuple(s) for s in shapes]
+    if not any(type(d) is NumberProxy for s in as_tuples for d in s):
+        return _ORIGINALS["broadcast_shapes"](*shapes)
+    result: list[Any] = [1] * max((len(s) for s in as_tuples), default=0)
+    for shape in as_tuples:
+        for i in range(-1, -1 - len(shape), -1):
+            d = shape[i]
+            if d < 0:
+                raise RuntimeError(f"Trying to create tensor with negative dimension ({d}): {list(shape)}")
+            if d == 1 or d == result[i]:
+                continue
+            if result[i] != 1:
+                raise RuntimeError(f"Shape mismatch: objects cannot be broadcast to a single shape (size {d} against "
+                                   f"{result[i]} at dimension {i})")  # fmt: skip
+            result[i] = d
+    return SymSize(result)
 
 
-def _number_binary(prim_name: str, py_op: Callable, reflected: bool = False) -> Callable:
-    def method(self: NumberProxy, other: Any) -> Any:
-        if (_is_float(self) or _is_float(other)) and isinstance(other, (int, float, NumberProxy)):
-            a, b = (other, self) if reflected else (self, other)
-            if prim_name in _FLOAT_OPS:
-                return float_result(_FLOAT_OPS[prim_name], a, b)
-            return py_op(_concrete(a), _concrete(b))
-        if isinstance(other, NumberProxy) or type(other) in (int, bool):
-            a, b = (other, self) if reflected else (self, other)
-            return getattr(_prims(), prim_name)(a, b)
-        if type(other) is float:
-            value = float(self)
-            return py_op(other, value) if reflected else py_op(value, other)
-        if reflected and prim_name in _SYMBOLS and not isinstance(other, Sequence):  # (sequences repeat)
-            # the left operand declined already: raise Python's own message, which would name NumberProxy
-            raise TypeError(f"unsupported operand type(s) for {_SYMBOLS[prim_name]}: '{type(other).__name__}' "
-                            f"and '{self.python_type.__name__}'")  # fmt: skip
-        return NotImplemented
-
-    return method
-
-
-def _install_number_ops() -> None:
-    arith = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
-             "mod": operator.mod}  # fmt: skip
-    for name, py_op in arith.items():
-        setattr(NumberProxy, f"__{name}__", _number_binary(f"sym_{name}", py_op))
-        setattr(NumberProxy, f"__r{name}__", _number_binary(f"sym_{name}", py_op, reflected=True))
-    for name in ("eq", "ne", "lt", "le", "gt", "ge"):
-        setattr(NumberProxy, f"__{name}__", _number_binary(f"sym_{name}", getattr(operator, name)))
-    for name in ("and", "or"):
-        setattr(NumberProxy, f"__{name}__", _number_binary(f"sym_{name}", getattr(operator, f"{name}_")))
-        setattr(NumberProxy, f"__r{name}__", _number_binary(f"sym_{name}", getattr(operator, f"{name}_"), True))
-
-    def truediv(a: Any, b: Any) -> Any:
-        if not isinstance(a, (int, float, NumberProxy)) or not isinstance(b, (int, float, NumberProxy)):
-            return NotImplemented
-        if _is_float(a) or _is_float(b):
-            return float_result("/", a, b)
-        return float(_concrete(a)) / float(_concrete(b))
-
-    def power(a: Any, b: Any) -> Any:
-        if not isinstance(b, (int, float, NumberProxy)) or not isinstance(a, (int, float, NumberProxy)):
-            return NotImplemented
-        if _is_float(a) or _is_float(b):
-            return float_result("**", a, b)
-        if type(b) is int and b >= 0 and isinstance(a, NumberProxy) and a.python_type is int:
-            return math.prod([a] * b, start=1)
-        return _concrete(a) ** _concrete(b)
-
-    NumberProxy.__truediv__ = lambda self, other: truediv(self, other)
-    NumberProxy.__rtruediv__ = lambda self, other: truediv(other, self)
-    NumberProxy.__pow__ = lambda self, other: power(self, other)
-    NumberProxy.__rpow__ = lambda self, other: power(other, self)
-    NumberProxy.__neg__ = lambda self: float_result("*", self, -1.0) if _is_float(self) else _prims().sym_neg(self)
-    NumberProxy.__pos__ = lambda self: self
-    NumberProxy.__abs__ = lambda self: abs(_concrete(self)) if _is_float(self) else _prims().sym_abs(self)
-
-
-_install_number_ops()
-
-
-def _install_pinning_fallbacks() -> None:
-    """SymInt protocols without a symbolic rule: computed on the pinned value (a guard is recorded)."""
-    unary = {"__ceil__": math.ceil, "__floor__": math.floor, "__trunc__": math.trunc, "__sym_float__": float,
-             "__sym_sqrt__": math.sqrt, "__sym_cos__": math.cos, "__sym_sin__": math.sin, "__sym_tan__": math.tan,
-             "__sym_cosh__": math.cosh, "__sym_sinh__": math.sinh, "__sym_tanh__": math.tanh,
-             "__sym_acos__": math.acos, "__sym_asin__": math.asin, "__sym_atan__": math.atan}  # fmt: skip
-    for name, fn in unary.items():
-        setattr(NumberProxy, name, lambda self, fn=fn: fn(_concrete(self)))
-    binary = {"__lshift__": operator.lshift, "__rshift__": operator.rshift, "__xor__": operator.xor,
-              "__sym_max__": max, "__sym_min__": min, "__pow_by_natural__": operator.pow,
-              "__float_pow__": operator.pow, "__float_truediv__": operator.truediv,
-              "__int_floordiv__": operator.floordiv, "__int_truediv__": operator.truediv}  # fmt: skip
-    for name, fn in binary.items():
-        setattr(NumberProxy, name, lambda self, other, fn=fn: fn(_concrete(self), _concrete(other)))
-        reflected = name.replace("__", "__r", 1)
-        setattr(NumberProxy, reflected, lambda self, other, fn=fn: fn(_concrete(other), _concrete(self)))
-
-
-_install_pinning_fallbacks()
-
-
-def _concrete(x: Any) -> Any:
-    """A Python number for `x`; a NumberProxy is pinned (an equality constraint is recorded)."""
-    if isinstance(x, NumberProxy):
-        return float(x) if x.python_type is float else int(x)
-    return x
+_ORIGINALS = {"isinstance": builtins.isinstance, "broadcast_shapes": torch.broadcast_shapes}
+_HOOKS = ((builtins, "isinstance", _traced_isinstance), (torch, "broadcast_shapes", _broadcast_shapes))
 
 
 def value_expr(x: Any) -> E.Expr:
@@ -336,3 +380,6 @@ def value_expr(x: Any) -> E.Expr:
     if isinstance(x, E.Expr):
         return x
     return E.as_expr(int(x))
+
+
+from specengine.trace import numbers  # noqa: E402, F401 - installs the number protocols on NumberProxy
