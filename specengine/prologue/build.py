@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import math
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ class _Steps:
     def __init__(self, specs: InputSpecs):
         self.specs = specs
         self.steps: list = []
-        self.glb: dict[str, Any] = {"torch": torch}
+        self.glb: dict[str, Any] = {"torch": torch, "math": math}  # math: sign-aware float pins (floats.same)
 
     def name(self, value: Any, hint: str) -> str:
         """A global holding `value` (types, dtypes, constants), named after `hint` where that is free."""

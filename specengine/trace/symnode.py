@@ -665,6 +665,6 @@ def pin_float(expr: Any, hint: float) -> Callable:
 
     def pin() -> None:
         PINS[(current_op(), "float input")] += 1
-        _state().decide(floats.binary("==", expr, hint), current_op(), "a kernel reads the float's value")
+        _state().decide(floats.same(expr, hint), current_op(), "a kernel reads the float's value")
 
     return pin
