@@ -127,6 +127,10 @@ class CompiledFunction:
             seen = {**current, **seen}
         with _gc_paused():
             entry = compile_entry(self._fn, args, kwargs, self._options, auto_dynamic)
+        inputs = entry.prologue.fn(*args, **kwargs)  # before the entry is kept: a broken prologue keeps nothing
+        if inputs is None:
+            raise SpecEngineError(f"internal error: a new entry rejects the inputs it was traced from: "
+                                  f"{entry.prologue.explain(args, kwargs)}")  # fmt: skip
         self._auto_dynamic, self._seen = auto_dynamic, seen  # only a completed compile changes any state
         self._cache.add(entry, reasons)
         self._entries = self._cache.entries
@@ -135,10 +139,6 @@ class CompiledFunction:
             recompiles.info("recompiling %s (entry %d):\n  %s", self.__name__, len(self._entries), "\n  ".join(reasons))
         guards_log.info("%s entry %d guards:\n  %s", self.__name__, len(self._entries),
                         "\n  ".join(g.constraint.debug_str(entry.prologue_sources) for g in entry.guards) or "(none)")  # fmt: skip
-        inputs = entry.prologue.fn(*args, **kwargs)
-        if inputs is None:
-            raise SpecEngineError(f"internal error: a new entry rejects the inputs it was traced from: "
-                                  f"{entry.prologue.explain(args, kwargs)}")  # fmt: skip
         return entry, inputs
 
     def _source_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:

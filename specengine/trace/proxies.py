@@ -158,7 +158,7 @@ class TensorProxy(Proxy):
         return self.dtype.is_complex
 
     def element_size(self) -> int:
-        return torch.empty((), dtype=self.dtype).element_size()
+        return self.dtype.itemsize  # (torch.empty here would be traced, and ask its proxy again)
 
     @property
     def is_cuda(self) -> bool:
