@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import builtins
 import operator
+import sys
 from typing import Any, Callable
 
 import torch
 
 from specengine.constraints import expr as E
-from specengine.trace import context
+from specengine.trace import context, proxies
 from specengine.trace.proxies import NumberProxy, TensorProxy, value_expr
 from specengine.trace.symbol import Symbol
 
 PRIMS: dict[str, Symbol] = {}
+proxies.HOOKS.prims = sys.modules[__name__]  # shape queries and number arithmetic on proxies record prims
 
 
 def prim(name: str, impl: Callable, tags: tuple[str, ...] = (), pure: bool = True) -> Callable[[Callable], Symbol]:

@@ -13,7 +13,6 @@ from specengine.trace.proxies import Proxy, TensorProxy, is_outside_tensor, unsu
 from specengine.trace.symbol import Symbol, tree_leaves
 
 TORCH_TABLE: dict[Callable, Symbol] = {}
-proxies.FALLBACK_METHOD = generic_method
 ALWAYS_TRACED: set[Callable] = set()  # e.g. creation ops: traced even when no argument is a proxy
 
 _NAMESPACES = (
@@ -105,3 +104,7 @@ class TraceMode(TorchFunctionMode):
 
     def __torch_function__(self, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None):
         return dispatch_torch(func, args, kwargs or {})
+
+
+proxies.HOOKS.dispatch_torch = dispatch_torch
+proxies.HOOKS.fallback_method = generic_method

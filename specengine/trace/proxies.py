@@ -1,8 +1,9 @@
 """Proxies: the values a traced function sees instead of tensors and ints.
 
 Tensor methods and operators are attached to TensorProxy by the op registry (`specengine.ops`),
-next to each op's definition. NumberProxy implements Python's number protocols; every decision it is
-asked to make (`bool`, `int`, `__index__`) goes through the tracing state and becomes a constraint.
+next to each op's definition; the ops layer installs its entry points in `HOOKS` (proxies never import
+ops). NumberProxy implements Python's number protocols; every decision it is asked to make (`bool`,
+`int`, `__index__`) goes through the tracing state and becomes a constraint.
 """
 
 from __future__ import annotations
@@ -39,17 +40,23 @@ def device_str(device: torch.device) -> str:
     return device.type if device.index is None else f"{device.type}:{device.index}"
 
 
-def _prims():
-    from specengine.ops import prims
+class OpsHooks:
+    """What the ops layer installs when it is imported, so that proxies never import it back (trace -> ops)."""
 
-    return prims
+    prims: Any = None  # specengine.ops.prims: shape queries and scalar arithmetic
+    dispatch_torch: Callable | None = None  # specengine.ops.registry.dispatch_torch: __torch_function__ calls
+    fallback_method: Callable[[str], Callable | None] | None = None  # Tensor methods without a rule (generic path)
+
+
+HOOKS = OpsHooks()
+
+
+def _prims() -> Any:
+    return HOOKS.prims
 
 
 def unsupported(op: str, hint: str) -> UnsupportedOpError:
     return UnsupportedOpError(op, user_frame(op).where, hint)
-
-
-FALLBACK_METHOD: Callable[[str], Callable | None] | None = None  # set by specengine.ops: Tensor methods without a rule
 
 
 class Proxy:
@@ -199,16 +206,14 @@ class TensorProxy(Proxy):
         if name.startswith("__") or not hasattr(torch.Tensor, name):
             # as eager: hasattr(x, "jax") is False (transformers asks it of every tensor)
             raise AttributeError(f"'Tensor' object has no attribute '{name}'")
-        method = FALLBACK_METHOD(name) if FALLBACK_METHOD is not None else None  # ops: the generic path
+        method = HOOKS.fallback_method(name) if HOOKS.fallback_method is not None else None  # the generic path
         if method is None:
             raise unsupported(f"Tensor.{name}", "this method has no symbolic implementation yet; call eager code")
         return method.__get__(self)
 
     @classmethod
     def __torch_function__(cls, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None):
-        from specengine.ops.registry import dispatch_torch
-
-        return dispatch_torch(func, args, kwargs or {})
+        return HOOKS.dispatch_torch(func, args, kwargs or {})
 
     def __repr__(self) -> str:
         return f'<TensorProxy {self.name}: "{self.type_string()}">'
