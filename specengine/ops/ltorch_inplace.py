@@ -11,7 +11,7 @@ import torch
 
 from specengine.ops import prims
 from specengine.ops.generic import generic_call
-from specengine.ops.ltorch_shape import advanced_index
+from specengine.ops.ltorch_views import advanced_index
 from specengine.ops.registry import torchop
 from specengine.ops.utils import expand_to, hint, meta_call
 from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported

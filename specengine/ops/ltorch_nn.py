@@ -35,7 +35,7 @@ def _ltorch() -> Any:
 
 
 # Prims. Also used: prims.amax_ninf (ltorch_reductions: amax, -inf over an empty dim) and prims.gather
-# (ltorch_shape_more), looked up when an op is traced.
+# (ltorch_joins), looked up when an op is traced.
 
 
 def _bernoulli_impl(shape: tuple, p: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

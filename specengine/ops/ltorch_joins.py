@@ -1,5 +1,5 @@
-"""More shape ops: contiguous, t, expand_as, repeat, unflatten, split/chunk/unbind, cat/stack, narrow, the gather
-family (index_select, gather, take_along_dim), tril/triu, roll and flip.
+"""Joining and splitting (cat/stack, split/chunk/unbind, narrow, unflatten, repeat) and the other shape ops with
+rules: contiguous, t, expand_as, the gather family (index_select, gather, take_along_dim), tril/triu, roll, flip.
 
 Ops with several outputs need a concrete number of outputs: where it depends on a symbolic size, it is decided
 with guards on that size, and the sizes of the pieces stay symbolic. Sizes that must be equal (cat, stack) are
@@ -20,7 +20,7 @@ import torch
 from specengine.constraints import expr as E
 from specengine.ops import prims
 from specengine.ops.ltorch_creation import iota
-from specengine.ops.ltorch_shape import _infer_shape, _size_exprs, expand
+from specengine.ops.ltorch_views import _infer_shape, _size_exprs, expand
 from specengine.ops.registry import torchop
 from specengine.ops.utils import (
     broadcast_shapes,

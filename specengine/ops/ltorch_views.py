@@ -1,4 +1,5 @@
-"""Torch-level shape ops (view, reshape, permute, ..., indexing) as decompositions into prims."""
+"""Views and basic indexing (view, reshape, permute, transpose, (un)squeeze, expand, flatten, x[...]) as
+decompositions into prims; integer-tensor (advanced) indexing takes the generic path."""
 
 from __future__ import annotations
 
