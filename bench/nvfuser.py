@@ -1,8 +1,11 @@
 """nvFuser workloads on one GPU: LayerNorm, softmax and GELU(x @ W + b), three sizes each.
 
-For each, prints milliseconds for eager, torch.compile and specengine (nvFuser executor), the ratios, and
-the achieved bandwidth as a fraction of 4.3 TB/s (device-to-device copies on the H200). Goals: at least
-0.9x torch.compile, and at least 70% of bandwidth on memory-bound fusions. Exits quietly without CUDA.
+For each, prints milliseconds for eager, torch.compile (dynamic=True) and specengine (nvFuser executor), the
+ratios (eager / specengine, torch.compile / specengine: above 1 is faster), the number of nvFuser regions of
+the entry, and the achieved bandwidth (bytes the fusion must read and write, over specengine's time) as a
+fraction of 4.3 TB/s (device-to-device copies on the H200). GELU(x@W+b) includes its matmul, so its bandwidth
+figure is not a memory-bound one. Goals: at least 0.9x torch.compile, and at least 70% of bandwidth on the
+memory-bound fusions. Exits quietly without CUDA.
 
     python bench/nvfuser.py [--quick]
 """
@@ -66,16 +69,22 @@ def main() -> None:
         print("CUDA not available: nothing to measure")
         return
     print(f"{'workload':14} {'shape':>14} {'eager ms':>9} {'compile ms':>10} {'spec ms':>8} {'x eager':>8} "
-          f"{'x compile':>9} {'% of BW':>8}")  # fmt: skip
+          f"{'x compile':>9} {'% of BW':>8} {'regions':>7}")  # fmt: skip
     for name, fn, args, nbytes in workloads(opts.quick):
-        eager = time_ms(fn, args)
-        compiled = time_ms(torch.compile(fn, dynamic=True), args)
-        ours = time_ms(specengine.compile(fn, dynamic=True), args)
-        bw = nbytes / (ours * 1e-3) / PEAK_BYTES_PER_S
         shape = "x".join(map(str, args[0].shape))
+        try:
+            eager = time_ms(fn, args)
+            compiled = time_ms(torch.compile(fn, dynamic=True), args)
+            cfn = specengine.compile(fn, dynamic=True)
+            ours = time_ms(cfn, args)
+        except Exception as e:  # noqa: BLE001 - report and go on with the next workload
+            print(f"{name:14} {shape:>14} failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            continue
+        regions = sum(b.sym.module == "nvfuser" for b in specengine.last_traces(cfn)[-1].bsyms)
+        bw = nbytes / (ours * 1e-3) / PEAK_BYTES_PER_S
         print(f"{name:14} {shape:>14} {eager:9.3f} {compiled:10.3f} {ours:8.3f} {eager / ours:8.2f} "
-              f"{compiled / ours:9.2f} {bw * 100:7.1f}%")  # fmt: skip
-    sys.stdout.flush()
+              f"{compiled / ours:9.2f} {bw * 100:7.1f}% {regions:>7}")  # fmt: skip
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
