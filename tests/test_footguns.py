@@ -350,3 +350,28 @@ def test_a_torch_size_argument():
 
     calls = [(_t(6), torch.Size([2, 3])), (_t(6), torch.Size([3, 2])), (_t(4), torch.Size([2, 2])), (_t(0), torch.Size([0, 5]))]  # fmt: skip
     _check(f, calls, misses=1)
+
+
+def test_isinstance_of_a_parameter_and_a_buffer():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3))
+            self.register_buffer("b", torch.ones(3))
+
+        def forward(self, x):
+            w = self.w * 2 if isinstance(self.w, torch.nn.Parameter) else self.w
+            b = self.b * 3 if isinstance(self.b, torch.nn.Parameter) else self.b
+            return x * w + b + (1 if isinstance(x, torch.nn.Parameter) else 0)
+
+    m = M()
+    with torch.no_grad():
+        _check(m, [(_t(3),), (_t(2, 3),), (_t(0, 3),)], misses=2)
+
+
+def test_a_torch_size_built_from_sizes_is_returned_as_a_torch_size():
+    def f(x):
+        return x * 2, torch.Size([x.shape[0], 2]), torch.Size([2, 3])
+
+    out = _check(f, [(_t(2),), (_t(2),), (_t(3),), (_t(0),)], misses=1)(_t(2))
+    assert type(out[1]) is torch.Size and type(out[2]) is torch.Size

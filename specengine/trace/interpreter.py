@@ -25,7 +25,8 @@ from specengine.trace.trace import Trace
 def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Shadows) -> Any:
     if isinstance(spec, TensorSpec):
         dims = tuple(E.sym(s) for s in spec.symbols)
-        return shadows.param(TensorProxy(names.reserve(spec.local), dims, spec.dtype, spec.device, spec.requires_grad))
+        proxy = TensorProxy(names.reserve(spec.local), dims, spec.dtype, spec.device, spec.requires_grad, spec.type)
+        return shadows.param(proxy)
     if isinstance(spec, IntSpec):
         return shadows.param(NumberProxy(names.reserve(spec.symbol), E.sym(spec.symbol), hints[spec.symbol], int))
     if isinstance(spec, FloatSpec):

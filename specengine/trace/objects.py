@@ -24,7 +24,7 @@ from torch.utils import _pytree as pytree
 
 from specengine.constraints.expr import Expr
 from specengine.constraints.floats import FloatExpr
-from specengine.trace.proxies import NumberProxy, Proxy, unsupported
+from specengine.trace.proxies import NumberProxy, Proxy, unflatten_size, unsupported
 
 Build = Callable[[tuple, tuple, dict], Any]  # (computed leaves, caller's objects, per-call memo) -> value
 _IMMUTABLE = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis), slice, range, torch.dtype,
@@ -157,6 +157,8 @@ class _Planner:
         if node is not None:
             children, context = node.flatten_fn(v)
             fns, unflatten = [self.value(c) for c in children], node.unflatten_fn
+            if type(v) is torch.Size:
+                unflatten = unflatten_size  # torch's pytree rebuilds a torch.Size as a tuple
             return lambda r, o, m: unflatten([f(r, o, m) for f in fns], context)
         return self.new_object(v)
 

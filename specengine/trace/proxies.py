@@ -88,7 +88,7 @@ def _names_a_base_of(base: type, cls: Any) -> bool:
 def _traced_isinstance(obj: Any, cls: Any, /) -> bool:
     t = type(obj)
     if (t is TensorProxy or t is SymSize) and not _real_isinstance(obj, cls):
-        return _names_a_base_of(torch.Tensor if t is TensorProxy else torch.Size, cls)
+        return _names_a_base_of(obj.tensor_type if t is TensorProxy else torch.Size, cls)
     return _real_isinstance(obj, cls)
 
 
@@ -122,15 +122,17 @@ def tensor_isinstance() -> Iterator[None]:
 class TensorProxy(Proxy):
     """A tensor during tracing: symbolic dims (canonical int Exprs), dtype, device and requires_grad."""
 
-    __slots__ = ("dims", "dtype", "device", "requires_grad")
-    __hash__ = object.__hash__
+    __slots__ = ("dims", "dtype", "device", "requires_grad", "tensor_type")
+    __hash__ = object.__hash__  # as eager: a tensor hashes by identity
 
-    def __init__(self, name: str, dims: tuple, dtype: torch.dtype, device: torch.device, requires_grad: bool):
+    def __init__(self, name: str, dims: tuple, dtype: torch.dtype, device: torch.device, requires_grad: bool,
+                 tensor_type: type = torch.Tensor):  # fmt: skip
         self.name = name
         self.dims = tuple(E.as_expr(d) for d in dims)
         self.dtype = dtype
         self.device = device
         self.requires_grad = requires_grad
+        self.tensor_type = tensor_type  # the input's class (nn.Parameter, a subclass): what isinstance sees
 
     @property
     def ndim(self) -> int:
