@@ -104,7 +104,7 @@ def tensor_isinstance() -> Iterator[None]:
     global _hook_depth
     with _hook_lock:
         if _hook_depth == 0:
-            for owner, name, hook in _HOOKS:
+            for owner, name, hook in _TRACING_PATCHES:
                 if getattr(owner, name) is _ORIGINALS[name]:
                     setattr(owner, name, hook)
         _hook_depth += 1
@@ -114,7 +114,7 @@ def tensor_isinstance() -> Iterator[None]:
         with _hook_lock:
             _hook_depth -= 1
             if _hook_depth == 0:
-                for owner, name, hook in _HOOKS:
+                for owner, name, hook in _TRACING_PATCHES:
                     if getattr(owner, name) is hook:  # leave alone one that someone else put there
                         setattr(owner, name, _ORIGINALS[name])
 
@@ -377,7 +377,7 @@ def _broadcast_shapes(*shapes: Any) -> Any:
 
 
 _ORIGINALS = {"isinstance": builtins.isinstance, "broadcast_shapes": torch.broadcast_shapes}
-_HOOKS = ((builtins, "isinstance", _traced_isinstance), (torch, "broadcast_shapes", _broadcast_shapes))
+_TRACING_PATCHES = ((builtins, "isinstance", _traced_isinstance), (torch, "broadcast_shapes", _broadcast_shapes))
 
 
 def value_expr(x: Any) -> E.Expr:
