@@ -177,10 +177,17 @@ class Builder:
             out = self.scalars[x] = self._symbolic(x)
         return out
 
+    def size_of(self, ref: Ref, dim: int) -> Ref:
+        """`ops.size(ref, dim)`, once per tensor and dim: the extent itself, so nvFuser sees it is that size."""
+        key = ("size", ref, dim)
+        out = self.scalars.get(key)
+        if out is None:
+            out = self.scalars[key] = self.op(SIZE_OP.nv, SIZE_OP.params, ref, dim)
+        return out
+
     def _symbolic(self, e: Any) -> Any:
         if isinstance(e, E.Expr) and e.op == "sym" and e.args[0] in self.sizes:
-            ref, dim = self.sizes[e.args[0]]
-            return self.op(SIZE_OP.nv, SIZE_OP.params, ref, dim)
+            return self.size_of(*self.sizes[e.args[0]])
         if isinstance(e, E.Expr) and e.op in ("poly", "min", "max") and e.free_symbols() <= set(self.sizes):
             return self._arith(e)
         kind = "Bool" if e.is_bool else "Double" if isinstance(e, FloatExpr) else "Int"
@@ -270,14 +277,25 @@ def _permute(b: Builder, bsym: Any, op: Any) -> Ref:
 
 def _slice(b: Builder, bsym: Any, op: Any) -> Ref:
     x, starts, ends = bsym.args[:3]
-    return b.op(op.nv, op.params, b.values[x.name], [b.scalar(s) for s in starts], [b.scalar(e) for e in ends])
+    return _emit_slice(b, op, x, starts, ends)
 
 
 def _narrow(b: Builder, bsym: Any, op: Any) -> Ref:
     x, dim, start, length = bsym.args
     starts = [start if i == dim else 0 for i in range(x.ndim)]
     ends = [E.add(E.as_expr(start), E.as_expr(length)) if i == dim else d for i, d in enumerate(x.dims)]
-    return b.op(op.nv, op.params, b.values[x.name], [b.scalar(s) for s in starts], [b.scalar(e) for e in ends])
+    return _emit_slice(b, op, x, starts, ends)
+
+
+def _emit_slice(b: Builder, op: Any, x: TensorProxy, starts: Any, ends: Any) -> Ref:
+    """A dim taken whole ends at `ops.size` of the input (its own extent): nvFuser leaves it unsliced, which a
+    broadcast dim needs."""
+    ref = b.values[x.name]
+    whole = [
+        E.as_expr(s) is E.const(0) and E.as_expr(e) in (d, E.maximum(0, d)) for s, e, d in zip(starts, ends, x.dims)
+    ]
+    stops = [b.size_of(ref, i) if w else b.scalar(e) for i, (w, e) in enumerate(zip(whole, ends))]
+    return b.op(op.nv, op.params, ref, [b.scalar(s) for s in starts], stops)
 
 
 def _cat(b: Builder, bsym: Any, op: Any) -> Ref:
