@@ -27,7 +27,7 @@ FLOATS = (0.5, 2.0, -1.5, 1.0)
 UNARY = ("tanh", "neg", "abs", "sigmoid", "exp", "relu")
 REDUCE = ("sum", "mean", "amax")
 KINDS = ("unary", "scalar", "int_scalar", "float_scalar", "binary", "reduce", "matmul", "reshape", "slice",
-         "branch_shape", "branch_int", "loop", "int_var", "inplace")  # fmt: skip
+         "branch_shape", "branch_int", "loop", "int_var", "inplace", "container", "isinstance_branch")  # fmt: skip
 
 
 class RandomChooser:
@@ -351,6 +351,43 @@ class Gen:
         same = [n for n, t in self.values.items() if t == self.values[x] and n != x]
         arg = self.ch.choice(same) if same and self.ch.chance(0.4) else str(self.ch.choice((2, 0.5, 1, -1)))
         self.add("inplace", [f"{x}.{op}({arg})"])
+
+    # Python constructs (issue 11): containers keyed by sizes, type queries.
+
+    def container(self) -> None:
+        """A dict, set, tuple or table keyed by a size, the shape or a string of it (hashing and str pin sizes)."""
+        x, o = self.tensor(), self.out()
+        t = self.values[x]
+        key = f"{x}.shape[{self.ch.integer(-len(t), len(t) - 1)}]" if t and self.ch.chance(0.7) else self.int_atom()
+        form = self.ch.choice(("get", "set_len", "in_set", "table", "tuple_index", "str_key", "shape_str"))
+        text = {
+            "get": f"{x} * {{0: 1.5, 2: -1.0, 3: 2.0}}.get({key}, 0.5)",
+            "set_len": f"{x} * len(set({x}.shape))",
+            "in_set": f"({x} * 2 if {key} in {{0, 2, 3}} else {x} - 1)",
+            "table": f"{x} * {{(2, 3): 2.0, (1,): -1.0, (): 3.0, (0, 2): 0.5}}.get(tuple({x}.shape), 1.0)",
+            "tuple_index": f"{x} * (1.0, 2.0, -1.0)[({self.int_expr()}) % 3]",
+            "str_key": f'{x} * {{"2": 2.0, "1": 3.0, "0": -1.0}}.get(f"{{{key}}}", 1.0)',
+            "shape_str": f'{x} * {{"torch.Size([2, 3])": 2.0, "torch.Size([1])": 3.0}}.get(str({x}.shape), 1.0)',
+        }[form]  # fmt: skip
+        self.add("container", [f"{o} = {text}"], o, t)
+
+    def isinstance_branch(self) -> None:
+        """Type queries as library code writes them: isinstance of tensors, shapes, sizes and numbers; hasattr."""
+        x = self.tensor()
+        t = self.values[x]
+        if self.ints and t and self.ch.chance(0.3):  # transformers' logits_to_keep
+            n, keep, o = self.ch.choice(self.ints), self.fresh("keep"), self.out()
+            lines = [f"{keep} = slice(-{n}, None) if isinstance({n}, int) else {n}", f"{o} = {x}[{keep}]"]
+            return self.add("isinstance_branch", lines, o, (self.fresh(),) + t[1:])
+        conds = [f"isinstance({x}, torch.Tensor)", f"torch.is_tensor({x})", f"isinstance({x}.shape, torch.Size)",
+                 f"hasattr({x}, 'jax')", f"isinstance({x}, (int, float))", f"isinstance({x}.ndim, int)"]  # fmt: skip
+        conds += [f"isinstance({x}.shape[0], int)", f"isinstance({x}.size(-1), float)"] if t else []
+        conds += [f"isinstance({n}, int)" for n in self.ints] + [f"isinstance({n}, bool)" for n in self.ints]
+        conds += [f"isinstance({f}, float)" for f in self.floats] + [f"isinstance({f}, int)" for f in self.floats]
+        cond = self.ch.choice(conds)
+        if self.ch.chance(0.3) and t:
+            cond = f"{cond} and {x}.shape[0] {self.ch.choice(('>', '=='))} 1"
+        self._branch("isinstance_branch", cond)
 
 
 def matmul_template(tx: tuple, ty: tuple, fresh: Callable[[], str]) -> tuple:
