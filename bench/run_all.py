@@ -7,6 +7,7 @@ Sections, each run in a child process of this one (so that one crash or timeout 
 3. dispatch   dispatch cost with 1, 10 and 100 cache entries
 4. gpt        first-call latency and steady-state forward time of a GPT-2-small-shaped model (tests/gpt.py)
 5. solver     the share of compile time spent in z3 (from sections 2 and 4)
+6. hotpath    cached-call time / eager of a 32-layer width-4 GPT (bench/module_overhead.py) and of the seed
 
 Prints one markdown table per section to stdout (progress goes to stderr) and writes a JSON copy to
 bench/results.json (or --json PATH). All figures come from the same run on the same machine; ratios are to
@@ -48,9 +49,9 @@ import peers  # noqa: E402
 import scenarios  # noqa: E402
 from overhead import seed  # noqa: E402
 
-SECTIONS = ("overhead", "scenarios", "dispatch", "gpt")
-TIMEOUT_S = {True: {"overhead": 170, "scenarios": 170, "dispatch": 170, "gpt": 170},
-             False: {"overhead": 900, "scenarios": 900, "dispatch": 900, "gpt": 1500}}  # fmt: skip
+SECTIONS = ("overhead", "scenarios", "dispatch", "gpt", "hotpath")
+TIMEOUT_S = {True: {"overhead": 170, "scenarios": 170, "dispatch": 170, "gpt": 170, "hotpath": 170},
+             False: {"overhead": 900, "scenarios": 900, "dispatch": 900, "gpt": 1500, "hotpath": 600}}  # fmt: skip
 
 
 def log(msg: str) -> None:
@@ -319,6 +320,34 @@ def _matches(got: Any, expected: Any) -> bool:
 # --- running the sections ------------------------------------------------------------------------------------
 
 
+# --- 6. hot path: module structure guards and the seed ---------------------------------------------------------
+
+
+def section_hotpath(quick: bool) -> dict:
+    import module_overhead
+    from overhead import best_us
+
+    gpt = module_overhead.measure(32, repeat=3 if quick else 7, number=10 if quick else 100)
+    a, b = torch.randn(2, 2), torch.randn(1, 2)
+    cfn = specengine.compile(seed, dynamic=True)
+    repeat, number = (5, 2000) if quick else (7, 20000)
+    seed_eager, seed_spec = best_us(seed, (a, b), repeat, number), best_us(cfn, (a, b), repeat, number)
+    return {"gpt": gpt, "seed": {"eager_us": seed_eager, "specengine_us": seed_spec, "ratio": seed_spec / seed_eager}}
+
+
+def render_hotpath(res: dict) -> list[str]:
+    out = ["### 6. Hot path: cached-call time / eager", ""]
+    if err := _section_error(res):
+        return out + [err, ""]
+    g, s = res["gpt"], res["seed"]
+    out += table(["program", "eager us/call", "specengine us/call", "specengine / eager", "goal"],
+                 [[f"GPT, {g['layers']} layers of width 4 (bench/module_overhead.py)", f"{g['eager_us']:.0f}",
+                   f"{g['specengine_us']:.0f}", f"{g['ratio']:.2f}x", "<= 0.9x"],
+                  ["seed a * b.size(0) (bench/overhead.py)", f"{s['eager_us']:.2f}", f"{s['specengine_us']:.2f}",
+                   f"{s['ratio']:.2f}x", "<= 1.4x"]])  # fmt: skip
+    return out + ["", "Both measured in this section's process, specengine with dynamic=True, 1 thread.", ""]
+
+
 def run_child(section: str, opts: argparse.Namespace) -> None:
     quiet()
     if section == "overhead":
@@ -327,6 +356,8 @@ def run_child(section: str, opts: argparse.Namespace) -> None:
         result = section_scenarios(opts.quick)
     elif section == "dispatch":
         result = section_dispatch(opts.quick)
+    elif section == "hotpath":
+        result = section_hotpath(opts.quick)
     else:
         result = section_gpt(opts.quick, opts.vocab, opts.gpt_threads)
     Path(opts.out).write_text(json.dumps(result, default=str))
@@ -588,6 +619,7 @@ def render(meta: dict, results: dict[str, dict]) -> str:
     lines += render_dispatch(get("dispatch"))
     lines += render_gpt(get("gpt"))
     lines += render_solver(get("scenarios"), get("gpt"))
+    lines += render_hotpath(get("hotpath"))
     runs = ", ".join(f"{s} {r['_run']['wall_s']:.0f} s ({r['_run']['cpu_s']:.0f} s CPU)"
                      for s, r in results.items())  # fmt: skip
     lines += [f"Section times: {runs}.", ""]

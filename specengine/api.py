@@ -25,6 +25,7 @@ from specengine.logs import topic
 from specengine.marks import check_marks, mark_constraints
 from specengine.prologue.build import build_index_key, build_prologue
 from specengine.prologue.codegen import Prologue
+from specengine.prologue.external import ObjGuard
 from specengine.prologue.inputs import InputSpecs, TensorSpec, describe_inputs
 from specengine.provenance import Provenance
 from specengine.trace import context as trace_context
@@ -32,6 +33,7 @@ from specengine.trace import passes
 from specengine.trace.interpreter import trace_function
 from specengine.trace.proxies import NumberProxy
 from specengine.trace.trace import Trace, format_value
+from specengine.trace.writes import Promote, with_writes
 
 _MAX_CLAIM_ROUNDS = 8
 recompiles, guards_log, traces_log = topic("recompiles"), topic("guards"), topic("traces")
@@ -62,7 +64,11 @@ class CompiledFunction:
         self._last_compiled: CacheEntry | None = None
         self._auto_dynamic: frozenset[str] = frozenset()  # under dynamic=None: sources seen to change
         self._seen: dict[str, Any] = {}  # source -> value at the first compile that saw it
+        self._promoted: frozenset = frozenset()  # (id(module), name): int attributes the program assigns
         functools.update_wrapper(self, callable_target(fn), updated=())
+        for attr in ("__name__", "__qualname__"):  # a functools.partial has neither
+            if not hasattr(self, attr):
+                setattr(self, attr, function_name(fn))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         cache = self._cache
@@ -126,12 +132,13 @@ class CompiledFunction:
             auto_dynamic = auto_dynamic | {src for src, v in current.items() if src in seen and seen[src] != v}
             seen = {**current, **seen}
         with _gc_paused():
-            entry = compile_entry(self._fn, args, kwargs, self._options, auto_dynamic)
+            entry = compile_entry(self._fn, args, kwargs, self._options, auto_dynamic, self._promoted)
         inputs = entry.prologue.fn(*args, **kwargs)  # before the entry is kept: a broken prologue keeps nothing
         if inputs is None:
             raise SpecEngineError(f"internal error: a new entry rejects the inputs it was traced from: "
                                   f"{entry.prologue.explain(args, kwargs)}")  # fmt: skip
         self._auto_dynamic, self._seen = auto_dynamic, seen  # only a completed compile changes any state
+        self._promoted = entry.promoted
         self._cache.add(entry, reasons)
         self._entries = self._cache.entries
         self._last_compiled = entry
@@ -167,7 +174,7 @@ class CompiledFunction:
             self._cache = Cache()
             self._entries = ()
             self._last = self._last_compiled = None
-            self._auto_dynamic, self._seen = frozenset(), {}
+            self._auto_dynamic, self._seen, self._promoted = frozenset(), {}, frozenset()
 
 
 @contextlib.contextmanager
@@ -255,11 +262,18 @@ def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: 
 
 
 def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
-                  auto_dynamic: frozenset[str] = frozenset()) -> CacheEntry:  # fmt: skip
+                  auto_dynamic: frozenset[str] = frozenset(), promoted: frozenset = frozenset()) -> CacheEntry:  # fmt: skip
     """The compile pipeline: describe inputs, trace, solve, specialize and claim, generate the prologue."""
     times = {"start": time.perf_counter()}
-    specs = describe_inputs(fn, args, kwargs, options.dynamic, auto_dynamic)
-    traces, decider, state = _trace_stage(fn, specs, options)
+    for _ in range(64):
+        specs = describe_inputs(fn, args, kwargs, options.dynamic, auto_dynamic, promoted)
+        try:
+            traces, decider, state = _trace_stage(fn, specs, options)
+            break
+        except Promote as p:  # `self.steps += 1`: trace again with the attribute as a symbolic input
+            promoted = promoted | {p.key}
+    else:
+        raise SpecEngineError("internal error: module attributes kept being promoted")
     uses_default_dtype, plan = state.uses_default_dtype, state.output_plan
     times["trace"] = time.perf_counter()
     solution, computation, contiguous = _computation_stage(traces[-1], decider, specs, options)
@@ -271,6 +285,7 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     entry_fn = traces[-1].python_callable()
     if plan is not None:  # outputs of their own type (ModelOutput, a cache), inputs the function changed
         entry_fn = plan.wrap(entry_fn, len(traces[-1].params))
+    entry_fn = with_writes(entry_fn, specs.writes)
     times["codegen"] = time.perf_counter()
     key = (_static_key(specs), solution.key, torch.is_grad_enabled(), uses_default_dtype and torch.get_default_dtype(),
            _autocast_state())  # fmt: skip
@@ -279,6 +294,7 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     traces_log.info("final computation of %s:\n%s", function_name(fn), traces[-1])
     entry = CacheEntry(prologue, entry_fn, traces, guards, solution, key, index, stats)
     entry.prologue_sources = specs.sources.__getitem__
+    entry.promoted = promoted
     return entry
 
 
@@ -302,8 +318,10 @@ def _autocast_state() -> tuple:
 
 
 def _static_key(specs: InputSpecs) -> str:
-    """The static facts of the inputs (types, dtypes, devices, ranks, constants), module state included."""
-    return repr((specs.params, specs.state))
+    """The static facts of the inputs (types, dtypes, devices, ranks, constants), module state included, and the
+    outside values the trace read (so entries for two values of a global both stay)."""
+    external = [g.key for g in specs.external] + [ObjGuard("", str(c[1]), c[2]).key for c in specs.captured]
+    return repr((specs.params, specs.state, external, [g.key for g in specs.structure]))
 
 
 def make_compiled(fn: Callable, dynamic: bool | None, executors: Sequence[Executor | str] | None,

@@ -37,6 +37,7 @@ class CacheEntry:
     stats: dict[str, Any] = field(default_factory=dict)
     hits: int = 0
     prologue_sources: Callable[[str], str] = str  # symbol -> Python text over the inputs
+    promoted: frozenset = frozenset()  # (id(module), name) of int module attributes read as symbolic inputs
 
     @property
     def row(self) -> tuple:

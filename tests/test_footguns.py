@@ -7,10 +7,12 @@ Sections belong to the classes of issue 11; helpers add their own sections.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
 import torch
+import torch.nn as nn
 from helpers import counts, sweep
 
 import specengine
@@ -375,3 +377,534 @@ def test_a_torch_size_built_from_sizes_is_returned_as_a_torch_size():
 
     out = _check(f, [(_t(2),), (_t(2),), (_t(3),), (_t(0),)], misses=1)(_t(2))
     assert type(out[1]) is torch.Size and type(out[2]) is torch.Size
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Python state, modules and containers (identity and aliasing, outside state, modules, containers)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _as_eager(cfn, fn, *args, **kwargs):
+    torch.testing.assert_close(cfn(*args, **kwargs), fn(*args, **kwargs))
+
+
+def test_aliased_arguments_get_their_own_entry():
+    def f(a, b):
+        return a * 2 if a is b else a * 3
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (0, 1, 2):
+        x, y = torch.randn(n), torch.randn(n)
+        _as_eager(cfn, f, x, y)
+        _as_eager(cfn, f, x, x)
+    assert counts(cfn) == (2, 4)
+    assert "x is the same tensor" not in specengine.recompile_reasons(cfn)[0]
+    assert specengine.recompile_reasons(cfn)[0] == "a is not b failed: a is b = True"
+
+
+def test_three_arguments_two_aliased():
+    def f(a, b, c):
+        return (a + b) * (2 if b is c else 3)
+
+    cfn = specengine.compile(f, dynamic=True)
+    x, y, z = torch.randn(2), torch.randn(2), torch.randn(2)
+    for args in ((x, y, z), (x, y, y), (x, y, z), (x, z, z)):
+        _as_eager(cfn, f, *args)
+    assert counts(cfn) == (2, 2)
+
+
+def test_bound_method_self_attributes_are_guarded():
+    class Scaler:
+        def __init__(self):
+            self.k = 2
+
+        def apply(self, x):
+            return x * self.k
+
+    s = Scaler()
+    cfn = specengine.compile(s.apply, dynamic=True)
+    for n in (0, 1, 2):
+        _as_eager(cfn, s.apply, torch.randn(n))
+    s.k = 3
+    _as_eager(cfn, s.apply, torch.randn(2))
+    s.k = 2
+    _as_eager(cfn, s.apply, torch.randn(1))
+    assert counts(cfn) == (2, 3)
+    assert specengine.recompile_reasons(cfn)[0] == "self.k == 2 failed: self.k = 3"
+
+
+def test_class_attribute_used_as_configuration_is_guarded():
+    class Cfg:
+        scale = 2
+
+        def run(self, x):
+            return x * self.scale
+
+    c = Cfg()
+    cfn = specengine.compile(c.run, dynamic=True)
+    _as_eager(cfn, c.run, torch.randn(2))
+    Cfg.scale = 5
+    _as_eager(cfn, c.run, torch.randn(2))
+    c.scale = 7  # an instance attribute now shadows the class attribute
+    _as_eager(cfn, c.run, torch.randn(2))
+    assert counts(cfn) == (3, 0)
+
+
+def test_defaults_and_kwdefaults_are_guarded():
+    def f(x, k=2, *, m=1):
+        return x * k + m
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (0, 1, 2):
+        _as_eager(cfn, f, torch.randn(n))
+    f.__defaults__ = (3,)
+    _as_eager(cfn, f, torch.randn(2))
+    f.__kwdefaults__["m"] = 5
+    _as_eager(cfn, f, torch.randn(2))
+    _as_eager(cfn, f, torch.randn(1), 4, m=0)  # explicit arguments are inputs
+    assert counts(cfn) == (3, 3)
+
+
+def test_functools_partial_compiles_and_guards_what_it_binds():
+    def g(x, k, bias=0.0):
+        return x * k + bias
+
+    p = functools.partial(g, k=2)
+    cfn = specengine.compile(p, dynamic=True)
+    for n in (0, 1, 2):
+        _as_eager(cfn, p, torch.randn(n))
+    p.keywords["k"] = 3
+    _as_eager(cfn, p, torch.randn(2))
+    assert counts(cfn) == (2, 2)
+    q = functools.partial(g, torch.ones(2), 5)
+    cq = specengine.compile(q)
+    _as_eager(cq, q)
+    _as_eager(cq, q, bias=1.0)
+    assert counts(cq) == (2, 0)
+
+
+SCALE = 2
+
+
+def _scaled(x):
+    return x * SCALE
+
+
+def test_a_global_flipping_between_two_values_keeps_both_entries():
+    global SCALE
+    cfn = specengine.compile(_scaled, dynamic=True)
+    try:
+        for v in (2, 3, 2, 3, 2):
+            SCALE = v
+            _as_eager(cfn, _scaled, torch.randn(2))
+    finally:
+        SCALE = 2
+    assert counts(cfn) == (2, 3)
+
+
+def test_a_closure_value_flipping_keeps_both_entries():
+    dev = torch.device("cpu")
+    mode = "double"
+
+    def f(x):
+        return (x * 2 if mode == "double" else x * 3).to(dev)
+
+    cfn = specengine.compile(f, dynamic=True)
+    for m in ("double", "triple", "double", "triple"):
+        mode = m
+        dev = torch.device("cpu")  # equal but not identical: served by value
+        _as_eager(cfn, f, torch.randn(2))
+    assert counts(cfn) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: torch.device("cpu"), lambda: slice(1, 3), lambda: torch.Size([2, 3]), lambda: range(2)]
+)
+def test_equal_constants_are_compared_by_value(make):
+    def f(x, c):
+        return x[c] if isinstance(c, slice) else x.to(c) if isinstance(c, torch.device) else x + len(c)
+
+    cfn = specengine.compile(f, dynamic=True)
+    for _ in range(3):
+        _as_eager(cfn, f, torch.randn(4), make())
+    assert counts(cfn) == (1, 2)
+
+
+def test_value_semantics_is_strict_about_types():
+    def f(x, c):
+        return x * c[0]
+
+    cfn = specengine.compile(f, dynamic=False)
+    _as_eager(cfn, f, torch.ones(2, dtype=torch.int64), torch.Size([2]))
+    _as_eager(cfn, f, torch.ones(2, dtype=torch.int64), torch.Size([2]))
+    assert counts(cfn) == (1, 1)
+    from specengine.prologue.external import same_value
+
+    assert not same_value((1, 2), (1, 2.0)) and not same_value(0.0, -0.0) and same_value(float("nan"), float("nan"))
+    assert same_value(slice(1, 3), slice(1, 3)) and not same_value(slice(1, 3), slice(1, 3.0))
+
+
+def test_list_append_on_an_input_is_reproduced():
+    def f(xs):
+        xs.append(xs[0] * 2)
+        return xs[0] + 1
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (0, 1, 2, 2):
+        a = torch.randn(n)
+        mine, theirs = [a], [a]
+        torch.testing.assert_close(cfn(mine), f(theirs))
+        assert len(mine) == len(theirs) == 2 and mine[0] is a and theirs[0] is a
+        torch.testing.assert_close(mine[1], theirs[1])
+    assert counts(cfn) == (1, 3)
+
+
+def test_dict_setitem_and_del_on_an_input_are_reproduced():
+    def f(d):
+        d["k"] = d["a"] * 2
+        del d["a"]
+        d["inner"].append(1)
+        return d["k"]
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (0, 1, 2):
+        t = torch.randn(n)
+        mine, theirs = {"a": t, "inner": []}, {"a": t, "inner": []}
+        torch.testing.assert_close(cfn(mine), f(theirs))
+        assert list(mine) == list(theirs) == ["inner", "k"] and mine["inner"] == [1]
+        torch.testing.assert_close(mine["k"], theirs["k"])
+    assert counts(cfn) == (1, 2)
+
+
+def test_a_failed_compile_leaves_input_containers_unchanged():
+    def f(xs, d):
+        xs.append(xs[0] + 1)
+        d["k"] = xs[0]
+        if xs[0].shape[0] == 2:
+            raise ValueError("boom")
+        return xs[0]
+
+    cfn = specengine.compile(f)
+    xs, d = [torch.ones(2)], {}
+    with pytest.raises(ValueError):
+        cfn(xs, d)
+    assert len(xs) == 1 and d == {} and counts(cfn) == (0, 0)
+    assert specengine.cache_entries(cfn) == []
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def _check_module(cfn, model, n):
+    x = torch.randn(n, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(cfn(x), model(x))
+
+
+@pytest.mark.parametrize("where", ["root", "submodule", "pre-hook", "global"])
+def test_a_hook_registered_after_the_first_call_is_noticed(where):
+    model = _Net()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _check_module(cfn, model, n)
+    if where == "root":
+        handle = model.register_forward_hook(lambda m, args, out: out * 10)
+    elif where == "submodule":
+        handle = model.body[0].register_forward_hook(lambda m, args, out: out + 1)
+    elif where == "pre-hook":
+        handle = model.head.register_forward_pre_hook(lambda m, args: (args[0] * 0,))
+    else:
+        handle = torch.nn.modules.module.register_module_forward_hook(lambda m, args, out: out * 2)
+    try:
+        for n in (1, 2):
+            _check_module(cfn, model, n)
+    finally:
+        handle.remove()
+    _check_module(cfn, model, 2)  # the first entry serves again
+    assert counts(cfn) == (2, 4)
+
+
+def test_sequential_append_and_modulelist_append_and_del_are_noticed():
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(3, 3)])
+            self.seq = nn.Sequential(nn.Identity())
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return self.seq(x)
+
+    model = Stack()
+    cfn = specengine.compile(model, dynamic=True)
+    _check_module(cfn, model, 2)
+    model.seq.append(nn.ReLU())
+    _check_module(cfn, model, 2)
+    model.layers.append(nn.Linear(3, 3))
+    _check_module(cfn, model, 1)
+    del model.layers[0]
+    _check_module(cfn, model, 0)
+    model.layers.insert(0, nn.Linear(3, 3))
+    _check_module(cfn, model, 2)
+    assert counts(cfn) == (5, 0)
+
+
+def test_a_submodule_replaced_by_one_of_another_class_is_noticed():
+    model = _Net()
+    cfn = specengine.compile(model, dynamic=True)
+    _check_module(cfn, model, 2)
+    model.body[1] = nn.ReLU()
+    _check_module(cfn, model, 2)
+    model.body[1] = nn.Tanh()  # a new object: its own entry (modules are guarded by identity)
+    _check_module(cfn, model, 1)
+    assert counts(cfn) == (3, 0)
+    assert "self.body: submodules is unchanged failed" in specengine.recompile_reasons(cfn)[0]
+
+
+def test_tuple_list_and_callable_attributes_that_change_are_noticed():
+    class Cfg(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scales = (1.0, 2.0)
+            self.order = [0, 1]
+            self.act = torch.tanh
+
+        def forward(self, x):
+            return self.act(x * self.scales[1]).permute(*self.order)
+
+    model = Cfg()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _as_eager(cfn, model, torch.randn(n, 2))
+    model.scales = (1.0, 3.0)
+    _as_eager(cfn, model, torch.randn(2, 2))
+    model.order = [1, 0]
+    _as_eager(cfn, model, torch.randn(2, 2))
+    model.act = torch.sigmoid
+    _as_eager(cfn, model, torch.randn(2, 2))
+    model.scales = (1.0, 3.0)  # an equal tuple: served by value
+    _as_eager(cfn, model, torch.randn(1, 2))
+    assert counts(cfn) == (4, 3)
+
+
+def test_a_plain_tensor_attribute_is_an_input():
+    class WithTensor(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.offset = torch.ones(3)
+
+        def forward(self, x):
+            return x + self.offset
+
+    model = WithTensor()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _as_eager(cfn, model, torch.randn(n, 3))
+    model.offset.mul_(5)  # in place: read on every call
+    _as_eager(cfn, model, torch.randn(2, 3))
+    model.offset = torch.zeros(1)  # another shape: a new entry
+    _as_eager(cfn, model, torch.randn(2, 3))
+    assert counts(cfn) == (2, 3)
+
+
+def test_a_module_closed_over_by_a_plain_function():
+    lin = nn.Linear(3, 2)
+
+    def f(x):
+        return lin(x).relu()
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (0, 1, 2):
+        _as_eager(cfn, f, torch.randn(n, 3))
+    with torch.no_grad():
+        lin.weight.add_(1)  # parameters are inputs
+    _as_eager(cfn, f, torch.randn(2, 3))
+    lin.register_forward_hook(lambda m, args, out: -out)
+    _as_eager(cfn, f, torch.randn(2, 3))
+    assert counts(cfn) == (2, 3)
+
+
+def test_attribute_writes_in_forward_are_reproduced_on_every_call():
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.steps = 0
+            self.register_buffer("total", torch.zeros(3))
+
+        def forward(self, x):
+            self.steps += 1
+            y = self.lin(x) * self.steps
+            self.last = y
+            self.total = self.total + y.sum(0)
+            return y
+
+    model, ref = Counter(), Counter()
+    ref.load_state_dict(model.state_dict())
+    cfn = specengine.compile(model)
+    for n in (1, 2, 2, 0, 2):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(cfn(x), ref(x))
+        assert model.steps == ref.steps and type(model.last) is torch.Tensor
+        torch.testing.assert_close(model.last, ref.last)
+        torch.testing.assert_close(model.total, ref.total)
+    # `self.last` first appears after call 1 (a new attribute: one recompile); sizes 0, 1 and 2 are static
+    assert specengine.cache_misses(cfn) == 4 and specengine.cache_hits(cfn) == 1
+    assert "total" in model._buffers and "total" not in vars(model)
+
+
+def test_refused_attribute_writes_leave_the_module_unchanged():
+    other = nn.Linear(2, 2)
+
+    class Bad(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x):
+            self.last = x * 2
+            self.lin = other
+            return x
+
+    model = Bad()
+    lin = model.lin
+    cfn = specengine.compile(model)
+    with pytest.raises(specengine.UnsupportedOpError, match="assigning Bad.lin"):
+        cfn(torch.ones(2))
+    assert model.lin is lin and "last" not in vars(model) and counts(cfn) == (0, 0)
+    assert specengine.cache_entries(cfn) == []
+
+
+def test_a_failed_compile_leaves_no_proxy_in_the_module():
+    class Fails(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self.t = torch.ones(2)
+
+        def forward(self, x):
+            self.last = self.lin(x)
+            self.t = self.t + 1
+            raise ValueError("boom")
+
+    model = Fails()
+    weight, t = model.lin.weight, model.t
+    cfn = specengine.compile(model)
+    with pytest.raises(ValueError, match="boom"):
+        cfn(torch.ones(2))
+    assert model.lin.weight is weight and model.t is t and "last" not in vars(model)
+    assert specengine.cache_entries(cfn) == []
+
+
+def test_the_structure_is_walked_only_after_a_change(monkeypatch):
+    from specengine.prologue import structure
+
+    model = _Net()
+    cfn = specengine.compile(model, dynamic=True)
+    _check_module(cfn, model, 2)
+    walks = []
+    original = structure.fingerprint
+    monkeypatch.setattr(structure, "fingerprint", lambda *a: walks.append(1) or original(*a))
+    for n in (0, 1, 2):
+        _check_module(cfn, model, n)
+    assert walks == []
+    nn.Linear(2, 2)  # a module outside the compiled tree changes nothing
+    _check_module(cfn, model, 1)
+    assert walks == []
+    model.eval()  # sets `training` on every submodule: walks (and a recompile) once, then none
+    _check_module(cfn, model, 1)
+    after = len(walks)
+    for n in (0, 1, 2):
+        _check_module(cfn, model, n)
+    assert len(walks) == after and counts(cfn) == (2, 7)
+
+
+def test_attribute_writes_on_a_plain_self_are_refused_and_undone():
+    class Plain:
+        def __init__(self):
+            self.n = 0
+            self.t = torch.ones(2)
+
+        def step(self, x):
+            self.n += 1
+            return x * self.t
+
+    p = Plain()
+    t = p.t
+    cfn = specengine.compile(p.step)
+    with pytest.raises(specengine.UnsupportedOpError, match=r"assigning self.n in .*Plain.step"):
+        cfn(torch.ones(2))
+    assert vars(p) == {"n": 0, "t": t} and specengine.cache_entries(cfn) == []
+
+
+def test_tensor_and_module_attributes_of_a_bound_self_are_inputs():
+    class Holder:
+        def __init__(self):
+            self.t = torch.ones(3)
+            self.lin = nn.Linear(3, 3)
+
+        def run(self, x):
+            return self.lin(x) + self.t
+
+    h = Holder()
+    cfn = specengine.compile(h.run, dynamic=True)
+    for n in (0, 1, 2):
+        _as_eager(cfn, h.run, torch.randn(n, 3))
+    h.t.add_(1)
+    with torch.no_grad():
+        h.lin.bias.add_(1)
+    _as_eager(cfn, h.run, torch.randn(2, 3))
+    h.lin = nn.Linear(3, 3)  # another module: a new entry
+    _as_eager(cfn, h.run, torch.randn(2, 3))
+    assert counts(cfn) == (2, 3)
+
+
+def test_a_list_attribute_changed_in_place_is_noticed():
+    class Perm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.order = [0, 1]
+            self._offset = torch.zeros(2)  # a private tensor attribute: an input too
+
+        def forward(self, x):
+            return x.permute(*self.order) + self._offset[0]
+
+    model = Perm()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _as_eager(cfn, model, torch.randn(n, 2))
+    model.order.reverse()  # in place: no attribute write
+    _as_eager(cfn, model, torch.randn(2, 2))
+    model._offset.fill_(1)
+    _as_eager(cfn, model, torch.randn(2, 2))
+    assert counts(cfn) == (2, 3)
+
+
+def test_a_failed_compile_leaves_a_cache_object_unchanged():
+    class Cache:
+        def __init__(self):
+            self.keys = []
+            self.seen = 0
+
+    def f(x, cache):
+        cache.keys.append(x * 2)
+        cache.seen = cache.seen + 1
+        if x.shape[0] == 2:
+            raise ValueError("boom")
+        return x
+
+    cfn = specengine.compile(f)
+    cache = Cache()
+    with pytest.raises(ValueError):
+        cfn(torch.ones(2), cache)
+    assert cache.keys == [] and cache.seen == 0 and specengine.cache_entries(cfn) == []
+    torch.testing.assert_close(cfn(torch.ones(3), cache), torch.ones(3))
+    assert len(cache.keys) == 1 and cache.seen == 1

@@ -14,7 +14,18 @@ from specengine.constraints import expr as E
 from specengine.constraints.floats import FloatExpr
 from specengine.constraints.solver import Solution
 from specengine.prologue.codegen import Check, Guard, Prologue
-from specengine.prologue.inputs import ConstSpec, FloatSpec, InputSpecs, IntSpec, NodeSpec, ObjectSpec, TensorSpec
+from specengine.prologue.external import ObjGuard, fail_source, has_value_semantics
+from specengine.prologue.inputs import (
+    AliasSpec,
+    ConstSpec,
+    FloatSpec,
+    InputSpecs,
+    IntSpec,
+    NodeSpec,
+    ObjectSpec,
+    TensorSpec,  # fmt: skip
+)
+from specengine.prologue.structure import EPOCH
 
 
 class _Steps:
@@ -35,9 +46,10 @@ class _Steps:
         return key
 
     def check(
-        self, fail: str, text: str, *values: tuple[str, str], provenance: str = "", indexed: bool = False
-    ) -> None:
-        self.steps.append(Check(fail, text, tuple(values), provenance, indexed))
+        self, fail: str, text: str, *values: tuple[str, str], provenance: str = "", indexed: bool = False,
+        describe: bool = False,
+    ) -> None:  # fmt: skip
+        self.steps.append(Check(fail, text, tuple(values), provenance, indexed, describe))
 
 
 def _type_check(st: _Steps, spec: Any, expected: type) -> None:
@@ -56,11 +68,26 @@ def _unpack(st: _Steps, spec: Any) -> None:
         _type_check(st, spec, float)
     elif isinstance(spec, ConstSpec):
         _const_check(st, spec)
+    elif isinstance(spec, AliasSpec):
+        st.check(f"{spec.local} is not {spec.of}", f"{spec.path} is the same tensor as an earlier argument",
+                 (f"{spec.path} is that tensor", f"{spec.local} is {spec.of}"))  # fmt: skip
     elif isinstance(spec, (NodeSpec, ObjectSpec)):
         _node_checks(st, spec) if isinstance(spec, NodeSpec) else _object_checks(st, spec)
         for key, c in zip(spec.keys, spec.children):
             st.steps.append(f"{c.local} = {spec.local}{key}")
             _unpack(st, c)
+
+
+def _distinct_check(st: _Steps, tensors: list[TensorSpec]) -> None:
+    """Tensor arguments that were distinct objects are distinct again (`a is b` in the program was False)."""
+    if len(tensors) == 2:
+        a, b = tensors
+        st.check(
+            f"{a.local} is {b.local}", f"{a.path} is not {b.path}", (f"{a.path} is {b.path}", f"{a.local} is {b.local}")
+        )
+    elif len(tensors) > 2:
+        ids = "".join(f"id({t.local}), " for t in tensors)
+        st.check(f"len({{{ids}}}) != {len(tensors)}", "the tensor arguments are distinct objects")
 
 
 def _node_checks(st: _Steps, spec: NodeSpec) -> None:
@@ -114,6 +141,8 @@ def _const_check(st: _Steps, spec: ConstSpec) -> None:
         st.check(f"type({x}) is not torch.device or {x} != {st.name(v, 'device')}", f"{p} == {v!r}", (p, x))
     elif type(v) in (int, float, str, complex, bytes):
         st.check(f"type({x}) is not {type(v).__name__} or {x} != {st.name(v, 'const')}", f"{p} == {v!r}", (p, x))
+    elif has_value_semantics(v):  # devices, slices, torch.Size...: an equal object serves, not only the same one
+        st.check(fail_source(x, v, st.name), f"{p} == {v!r}", (p, x))
     else:
         st.check(f"{x} is not {st.name(v, 'obj')}", f"{p} is the object seen at compile time", (p, x))
 
@@ -133,11 +162,19 @@ def _read_symbols(st: _Steps, needed: set[str], pinned: dict[str, int]) -> None:
     """Read each needed tensor's shape once; check constant dims; bind the remaining symbols to locals."""
     sources = _symbol_sources(st.specs)
     tensors = [leaf for leaf in st.specs.leaves() if isinstance(leaf, TensorSpec)]
+    state = st.specs.static_symbols
+    static = {t.local for t in tensors if t.symbols and all(s in pinned and s in state for s in t.symbols)}
     for t in tensors:
-        if any(s in needed or s in pinned for s in t.symbols):
+        if t.local in static:  # module state: one comparison of the whole shape
+            shape = torch.Size(pinned[s] for s in t.symbols)
+            st.check(f"{t.local}.shape != {st.name(shape, 'shape')}", f"{t.path}.shape == {tuple(shape)}",
+                     (f"{t.path}.shape", f"tuple({t.local}.shape)"))  # fmt: skip
+        elif any(s in needed or s in pinned for s in t.symbols):
             st.steps.append(f"{t.local}_shape = {t.local}.shape")
     for s, v in pinned.items():
         spec, d = sources[s]
+        if d is not None and spec.local in static:
+            continue
         local = f"{spec.local}_shape[{d}]" if d is not None else spec.local
         st.check(f"{local} != {v}", f"{st.specs.sources[s]} == {v}", (st.specs.sources[s], local),
                  provenance="constant dim" if d is not None else "constant int", indexed=True)  # fmt: skip
@@ -167,8 +204,9 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
     st = _Steps(specs)
     for p in specs.params:
         _unpack(st, p)
-    if specs.module is not None:
-        st.glb["self"] = specs.module
+    _distinct_check(st, [t for t in specs.leaves(state=False) if isinstance(t, TensorSpec)])
+    st.glb.update(specs.roots)
+    _structure_checks(st, specs.structure)  # before the state reads: they rely on the structure
     for p in specs.state:
         st.steps.append(f"{p.local} = {specs.access.get(p.local, p.path)}")
         _unpack(st, p)
@@ -178,6 +216,7 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
                      f"{leaf.contiguous}", (f"{leaf.path}.is_contiguous()", f"{leaf.local}.is_contiguous()"))  # fmt: skip
 
     _captured_checks(st, specs.captured)
+    _external_checks(st, specs.external)
     unpinned = [g for g in solution.guards if not _is_pin(g.expr, solution.pinned)]
     needed = set(comp_symbols).union(*(g.expr.free_symbols() for g in unpinned))
     _read_symbols(st, needed, dict(solution.pinned))
@@ -201,9 +240,21 @@ def _fail_source(expr: Any) -> str:
     return " or ".join([*zero, E.not_(expr).to_python()])
 
 
+def _structure_checks(st: _Steps, guards: list) -> None:
+    """One counter comparison per module root; the tree is walked only when a watched module changed."""
+    epoch = st.name(EPOCH, "epoch")
+    for g in guards:
+        name, seen = st.name(g, "structure"), st.name(g.seen, "seen")
+        st.check(f"{epoch}[0] != {seen}[0] and not {name}()", f"the structure of module {g.path} is unchanged",
+                 ("", f"{name}.explain()"), describe=True)  # fmt: skip
+
+
 def _captured_checks(st: _Steps, captured: list) -> None:
-    """Globals and closure variables the trace read keep their values (identity), or the entry does not apply."""
+    """Globals and closure variables the trace read keep their values (by value where the type has value semantics,
+    else by identity), or the entry does not apply."""
     for kind, name, value, holder in captured:  # holder: the function's globals dict, or its closure
+        if isinstance(value, torch.Tensor):
+            continue  # a state input (prologue/state.py), read on every call
         if kind == "global":
             st.glb.setdefault("_user_globals", holder)
             st.glb.setdefault("_absent", object())
@@ -211,8 +262,20 @@ def _captured_checks(st: _Steps, captured: list) -> None:
         else:
             st.glb.setdefault("_user_cells", holder)
             where, text = f"_user_cells[{name[0]}].cell_contents", f"closure variable {name[1]}"
-        st.check(f"{where} is not {st.name(value, 'captured')}", f"{text} is the object seen at compile time",
-                 (text, where))  # fmt: skip
+        _object_check(st, where, text, value)
+
+
+def _object_check(st: _Steps, read: str, text: str, value: Any) -> None:
+    shown = f"{text} == {value!r}" if has_value_semantics(value) else f"{text} is the object seen at compile time"
+    st.check(fail_source(read, value, st.name), shown, (text, read))
+
+
+def _external_checks(st: _Steps, guards: list[ObjGuard]) -> None:
+    """Bound `self`, defaults, partial bindings, class configuration (see prologue/external.py)."""
+    for g in guards:
+        for k, v in g.names.items():
+            st.glb.setdefault(k, v)
+        _object_check(st, g.read, g.text, g.value)
 
 
 def _is_pin(e: E.Expr, pinned: dict[str, int]) -> bool:
@@ -233,7 +296,7 @@ def build_index_key(fn_name: str, specs: InputSpecs, pinned: dict[str, int]) -> 
     """
     sources = _symbol_sources(specs)
     # module state is checked by the prologue; the index is for what varies between calls: the inputs
-    pins = sorted((s for s in pinned if not specs.sources[s].startswith("self")), key=lambda s: E.sym(s).sort_key)
+    pins = sorted((s for s in pinned if s not in specs.static_symbols), key=lambda s: E.sym(s).sort_key)
     if not pins:
         return None
     lines, parts, read = [], [], set()

@@ -24,9 +24,12 @@ class Check:
     values: tuple[tuple[str, str], ...] = ()  # (label, local expression) to report on failure
     provenance: str = ""
     indexed: bool = False  # implied when the entry was found through the dispatch index (a pinned value)
+    describe: bool = False  # the one value is the whole failure message (a module structure check explains itself)
 
     def message(self, actual: tuple) -> str:
         """The failure message, given the actual values of `values` (computed by the generated explainer)."""
+        if self.describe:
+            return str(actual[0])
         where = f" ({self.provenance})" if self.provenance else ""
         shown = ", ".join(f"{label} = {_show(v)}" for (label, _), v in zip(self.values, actual))
         return f"{self.text}{where} failed" + (f": {shown}" if shown else "")

@@ -14,8 +14,10 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from specengine.codegen import call_signature, check_call, module_of
+from specengine.codegen import call_signature, callable_target, check_call, module_of
 from specengine.marks import Mark, marks_of
+from specengine.prologue.external import unwrap
+from specengine.prologue.state import StateBuilder, bound, captured
 
 Range = tuple[int | None, int | None]
 
@@ -51,6 +53,15 @@ class ConstSpec:
     path: str
     local: str
     value: Any
+
+
+@dataclass(frozen=True)
+class AliasSpec:
+    """An argument that is the very tensor of an earlier argument (`f(x, x)`): the same proxy, and `a is b` holds."""
+
+    path: str
+    local: str
+    of: str  # the local of the earlier argument
 
 
 @dataclass(frozen=True)
@@ -99,9 +110,18 @@ class InputSpecs:
     ranges: dict[str, Range] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # symbol -> Python text over input names
     captured: list = field(default_factory=list)  # globals and closure variables the trace read (effects.py)
+    roots: dict[str, Any] = field(default_factory=dict)  # prologue globals that state is read from ("self": module)
+    slots: dict[str, list] = field(default_factory=dict)  # local of a state tensor -> the places holding it
+    modules: list = field(default_factory=list)  # (path, prologue global, module) of each module root
+    promoted: frozenset = frozenset()  # (id(module), name) of int attributes the program assigns
+    structure: list = field(default_factory=list)  # a StructureGuard per module root (prologue/structure.py)
+    static_symbols: set[str] = field(default_factory=set)  # symbols of state (left out of the dispatch index)
+    writes: list = field(default_factory=list)  # state updates the trace makes (trace/writes.py)
+    external: list = field(default_factory=list)  # ObjGuards: bound self, defaults, partials (prologue/external.py)
 
-    def leaves(self) -> list:
-        """Tensor, int and symbolic float specs, depth first (the order of the traced function's parameters)."""
+    def leaves(self, state: bool = True) -> list:
+        """Tensor, int and symbolic float specs, depth first (the order of the traced function's parameters);
+        with `state=False`, those of the arguments only."""
         out: list = []
 
         def visit(spec: Any) -> None:
@@ -110,7 +130,7 @@ class InputSpecs:
             for child in getattr(spec, "children", ()):
                 visit(child)
 
-        for p in self.params + self.state:
+        for p in self.params + (self.state if state else ()):
             visit(p)
         return out
 
@@ -166,6 +186,8 @@ class _Builder:
         self.locals: set[str] = set()
         self.n_dims = 0
         self.objects: set[int] = set()
+        self.static = False  # building state (module parameters...): static shapes
+        self.tensors: dict[int, TensorSpec] | None = {}  # arguments by identity (None: module state, deduped there)
 
     def local(self, path: str) -> str:
         base = name = _local_name(path)
@@ -181,6 +203,8 @@ class _Builder:
         specs = self.specs
         specs.hints[name] = hint
         specs.sources[name] = source
+        if self.static:
+            specs.static_symbols.add(name)
         if mark is not None and mark.dynamic:
             specs.marks[name] = mark  # its min, max and multiple_of become guards, not assumed ranges
             specs.ranges[name] = (lo, None)
@@ -191,20 +215,32 @@ class _Builder:
         return name
 
     def _dynamic(self, source: str) -> bool:
-        if source.startswith("self"):
+        if self.static:
             return False  # module state has static shapes
         return self.dynamic is True or (self.dynamic is None and source in self.auto_dynamic)
 
+    def build_dynamic_int(self, path: str, value: int) -> IntSpec:
+        """A symbolic int whatever the dynamic mode (an int attribute that the program assigns)."""
+        local = self.local(path)
+        self.specs.hints[local], self.specs.sources[local], self.specs.ranges[local] = value, path, (None, None)
+        self.specs.static_symbols.add(local)  # state: not part of the dispatch index
+        return IntSpec(path, local, local)
+
     def build(self, path: str, value: Any) -> Any:
         local = self.local(path)
+        if isinstance(value, torch.Tensor) and self.tensors is not None and id(value) in self.tensors:
+            return AliasSpec(path, local, self.tensors[id(value)].local)
         if isinstance(value, torch.Tensor):
             syms, marks = [], marks_of(value)
             for d, size in enumerate(value.shape):
                 name = f"s{self.n_dims}"
                 self.n_dims += 1
                 syms.append(self.symbol(name, int(size), f"{path}.shape[{d}]", 0, marks.get(d)))
-            return TensorSpec(path, local, type(value), value.dtype, value.device, value.requires_grad, tuple(syms),
+            spec = TensorSpec(path, local, type(value), value.dtype, value.device, value.requires_grad, tuple(syms),
                               value.is_contiguous())  # fmt: skip
+            if self.tensors is not None:
+                self.tensors[id(value)] = spec
+            return spec
         if type(value) is int:
             return IntSpec(path, local, self.symbol(local, value, path, None))
         if type(value) is float and self._dynamic(path):
@@ -241,7 +277,7 @@ def _pytree_node(value: Any) -> Any:
 
 
 def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | None,
-                    auto_dynamic: frozenset[str] = frozenset()) -> InputSpecs:  # fmt: skip
+                    auto_dynamic: frozenset[str] = frozenset(), promoted: frozenset = frozenset()) -> InputSpecs:  # fmt: skip
     """Specs for one call of `fn`; raises TypeError for a bad call, as calling `fn` would.
 
     Args:
@@ -250,6 +286,7 @@ def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | Non
         kwargs: the call's keyword arguments.
         dynamic: True, False or None (automatic: sizes and ints in `auto_dynamic` are symbolic).
         auto_dynamic: sources (e.g. "x.shape[0]", "n") that changed between calls, under `dynamic=None`.
+        promoted: (id(module), name) of int module attributes that the program assigns: symbolic inputs.
     """
     check_call(fn, args, kwargs)
     signature = call_signature(fn)
@@ -260,49 +297,25 @@ def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | Non
     for p in signature.parameters.values():
         builder.locals.add(p.name)
     specs.params = tuple(_param_spec(builder, p, bound.arguments[p.name]) for p in signature.parameters.values())
-    module = module_of(fn)
-    if module is not None:
-        specs.module = module
-        specs.state = _module_state(builder, module)
+    specs.promoted = promoted
+    specs.state = _state_specs(builder, fn, promoted)
+    specs.external = unwrap(callable_target(fn))[1] + specs.external  # (module attribute contents first)
     return specs
 
 
-_PLAIN = (int, float, bool, str, type(None))
-
-
-def module_path(qualname: str, kind: str) -> str:
-    """Python text reaching a submodule, parameter or buffer from `self` (`kind`: _modules, ...)."""
-    path = "self"
-    parts = qualname.split(".") if qualname else []
-    for i, part in enumerate(parts):
-        last_kind = kind if i == len(parts) - 1 else "_modules"
-        path += f".{part}" if part.isidentifier() else f".{last_kind}[{part!r}]"
-    return path
-
-
-def module_access(qualname: str, kind: str) -> str:
-    """Code reaching a submodule, parameter or buffer from `self` through the module dicts (no __getattr__)."""
-    parts = qualname.split(".") if qualname else []
-    kinds = ["_modules"] * (len(parts) - 1) + [kind] if parts else []
-    return "self" + "".join(f".{k}[{p!r}]" for k, p in zip(kinds, parts))
-
-
-def _module_state(builder: _Builder, module: torch.nn.Module) -> tuple:
-    """Specs of every parameter and buffer (tied tensors once) and of the plain attributes forward may read."""
-    specs, seen = [], set()
-    for kind, items in (("_parameters", module.named_parameters()), ("_buffers", module.named_buffers())):
-        for qual, t in items:
-            if id(t) not in seen:
-                seen.add(id(t))
-                specs.append(builder.build(module_path(qual, kind), t))
-                builder.specs.access[specs[-1].local] = module_access(qual, kind)
-    for qual, sub in module.named_modules():
-        base = module_path(qual, "_modules")
-        for attr, value in vars(sub).items():
-            if not attr.startswith("_") and type(value) in _PLAIN:
-                specs.append(ConstSpec(f"{base}.{attr}", builder.local(f"{base}.{attr}"), value))
-                builder.specs.access[specs[-1].local] = f"{module_access(qual, '_modules')}.{attr}"
-    return tuple(specs)
+def _state_specs(builder: _Builder, fn: Callable, promoted: frozenset) -> tuple:
+    """Module parameters, buffers and tensor attributes, and tensors and modules read from outside the arguments."""
+    builder.tensors, builder.static = None, True  # state has static shapes; tied tensors are deduplicated there
+    sb = StateBuilder(builder, promoted)
+    specs = builder.specs
+    module = module_of(fn)  # compile(model) and compile(model.forward)
+    if module is not None:
+        specs.module = module
+        sb.module(module, "self", "self")
+    target = callable_target(fn)
+    sb.external(bound(target, specs.roots))
+    sb.external(captured(unwrap(target)[0], specs.roots))
+    return tuple(sb.out)
 
 
 def _param_spec(builder: _Builder, p: inspect.Parameter, value: Any) -> Any:

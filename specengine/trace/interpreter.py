@@ -15,18 +15,33 @@ from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
 from specengine.constraints.floats import FloatExpr
 from specengine.errors import UnsupportedOpError
-from specengine.prologue.inputs import ConstSpec, FloatSpec, InputSpecs, IntSpec, NodeSpec, ObjectSpec, TensorSpec
-from specengine.trace import compiling, effects, objects
+from specengine.prologue.external import unwrap
+from specengine.prologue.inputs import (
+    AliasSpec,
+    ConstSpec,
+    FloatSpec,
+    InputSpecs,
+    IntSpec,
+    NodeSpec,
+    ObjectSpec,
+    TensorSpec,  # fmt: skip
+)
+from specengine.trace import compiling, effects, objects, writes
 from specengine.trace.context import NameGen, TraceState, tracing
 from specengine.trace.proxies import NumberProxy, TensorProxy, tensor_isinstance, unflatten_size
 from specengine.trace.trace import Trace
 
 
-def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Shadows) -> Any:
+def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Shadows,
+           made: dict[str, Any] | None = None) -> Any:  # fmt: skip
+    made = {} if made is None else made  # local -> tensor proxy, for arguments passed twice (AliasSpec)
     if isinstance(spec, TensorSpec):
         dims = tuple(E.sym(s) for s in spec.symbols)
         proxy = TensorProxy(names.reserve(spec.local), dims, spec.dtype, spec.device, spec.requires_grad, spec.type)
-        return shadows.param(proxy)
+        made[spec.local] = shadows.param(proxy)
+        return proxy
+    if isinstance(spec, AliasSpec):
+        return made[spec.of]
     if isinstance(spec, IntSpec):
         return shadows.param(NumberProxy(names.reserve(spec.symbol), E.sym(spec.symbol), hints[spec.symbol], int))
     if isinstance(spec, FloatSpec):
@@ -34,12 +49,12 @@ def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Sh
         return shadows.param(NumberProxy(names.reserve(spec.symbol), expr, hints[spec.symbol], float))
     if isinstance(spec, NodeSpec):
         node = pytree.SUPPORTED_NODES[spec.node_type]
-        children = [_proxy(c, names, hints, shadows) for c in spec.children]
+        children = [_proxy(c, names, hints, shadows, made) for c in spec.children]
         if spec.node_type is torch.Size:  # a SymSize where a size is symbolic
             return shadows.container(spec, unflatten_size(children, None))
         return shadows.container(spec, node.unflatten_fn(children, spec.context))
     if isinstance(spec, ObjectSpec):
-        return shadows.object(spec, [_proxy(c, names, hints, shadows) for c in spec.children])
+        return shadows.object(spec, [_proxy(c, names, hints, shadows, made) for c in spec.children])
     assert isinstance(spec, ConstSpec)
     shadows.constants.add(id(spec.value))
     return spec.value
@@ -60,43 +75,19 @@ def _call_args(signature: inspect.Signature, values: list) -> tuple[list, dict]:
 
 
 @contextmanager
-def swapped_state(module: torch.nn.Module | None, specs: tuple, values: list) -> Iterator[None]:
-    """Put proxies in place of a module's parameters and buffers while it is traced (tied ones too)."""
-    if module is None:
-        yield
-        return
-    by_id = {}
-    for qual, t in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
-        by_id.setdefault(id(t), []).append(qual)
-    proxies = {s.path: v for s, v in zip(specs, values) if isinstance(v, TensorProxy)}
+def swapped_state(specs: InputSpecs, values: list) -> Iterator[None]:
+    """Put proxies in place of the state tensors (module parameters, buffers, tensors read from outside the
+    arguments) in every place that holds them while the program is traced; put the tensors back afterwards."""
     saved = []
-    for tensors in (list(module.named_parameters()), list(module.named_buffers())):
-        for qual, t in tensors:
-            proxy = proxies.get(_path_of(qual, module))
-            for q in by_id[id(t)]:
-                owner, name = _owner(module, q)
-                table = owner._parameters if name in owner._parameters else owner._buffers
-                saved.append((table, name, table[name]))
-                table[name] = proxy
     try:
+        for spec, proxy in zip(specs.state, values):
+            for slot in specs.slots.get(spec.local, ()) if isinstance(proxy, (TensorProxy, NumberProxy)) else ():
+                saved.append((slot, slot.get()))
+                slot.set(proxy)
         yield
     finally:
-        for table, name, old in reversed(saved):
-            table[name] = old
-
-
-def _path_of(qual: str, module: torch.nn.Module) -> str:
-    from specengine.prologue.inputs import module_path
-
-    owner, name = _owner(module, qual)
-    return module_path(qual, "_parameters" if name in owner._parameters else "_buffers")
-
-
-def _owner(module: torch.nn.Module, qual: str) -> tuple[torch.nn.Module, str]:
-    *path, name = qual.split(".")
-    for part in path:
-        module = module._modules[part]
-    return module, name
+        for slot, old in reversed(saved):
+            slot.set(old)
 
 
 def _check_function(target: Callable) -> None:
@@ -105,6 +96,12 @@ def _check_function(target: Callable) -> None:
         raise UnsupportedOpError("a generator function", f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}",
                                  "calling it only creates a generator; compile a function that returns its "
                                  "results (e.g. a list)")  # fmt: skip
+
+
+def _attribute_inputs(modules: list, promoted: frozenset) -> set[tuple[int, str]]:
+    """(id(module), name) of the module attributes read as inputs on every call: tensors and promoted ints."""
+    return {(id(sub), k) for m in modules for sub in m.modules() for k, v in vars(sub).items()
+            if isinstance(v, torch.Tensor) or (id(sub), k) in promoted}  # fmt: skip
 
 
 def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[Trace, TraceState]:
@@ -119,20 +116,28 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     names = NameGen()
     state = TraceState(decider, names)
     shadows = objects.Shadows()
-    values = [_proxy(p, names, specs.hints, shadows) for p in specs.params]
+    made: dict[str, Any] = {}
+    values = [_proxy(p, names, specs.hints, shadows, made) for p in specs.params]
     state_values = [_proxy(p, names, specs.hints, shadows) for p in specs.state]
     args, kwargs = _call_args(specs.signature, values)
-    target = callable_target(fn)
+    target = unwrap(callable_target(fn))[0]  # the function under partials and bound methods
     _check_function(target)
+    modules = [m for _, _, m in specs.modules]
+    inputs = _attribute_inputs(modules, specs.promoted)
+    plain = [d for k, d in specs.roots.items() if k.startswith("_obj_")]  # bound `self` of plain objects
     with (
         tracing(state),
         compiling.compiling(),
         TraceMode(),
         tensor_isinstance(),
-        swapped_state(specs.module, specs.state, state_values),
+        swapped_state(specs, state_values),
         effects.checked(target),
     ):
-        out = fn(*args, **kwargs)
+        with writes.recording(modules, inputs, specs.promoted) as recorder, writes.objects_unchanged(plain, target):
+            out = fn(*args, **kwargs)
+        specs.writes = recorder.writes
+        if specs.writes:  # module attributes `forward` assigned: the computation also returns their values
+            out = (out, tuple(w.value for w in specs.writes))
         state.output_plan = objects.plan_outputs(out, shadows)
     if state.output_plan is not None:
         out = tuple(state.output_plan.leaves)

@@ -1,0 +1,168 @@
+"""State a compiled function reads from outside its arguments, and how the prologue guards it.
+
+A traced program bakes in every Python value it reads that is not an input: a bound method's `self` and its
+attributes, class attributes used as configuration, `__defaults__` and `__kwdefaults__`, what a
+`functools.partial` binds, captured globals and closure variables. Each becomes an `ObjGuard`: a read (Python
+over the prologue's globals), the value seen while tracing, and whether it is compared by value (types with value
+semantics: numbers, strings, devices, slices, tuples of such...) or by identity (everything else).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+_ABSENT = object()  # what a guarded read gives for a missing attribute or key
+_SCALARS = (int, str, bytes, complex, bool, type(None), type(Ellipsis), type(NotImplemented))
+_SINGLETONS = (torch.dtype, torch.layout, torch.memory_format, type, types.FunctionType, types.BuiltinFunctionType)
+
+
+def has_value_semantics(v: Any, depth: int = 0) -> bool:
+    """Whether equal values of this type behave the same everywhere (so an equal, non-identical one may be served)."""
+    t = type(v)
+    if t in _SCALARS or t is float or t is torch.device:
+        return True
+    if depth > 8:
+        return False
+    if t in (tuple, frozenset, torch.Size):
+        return all(has_value_semantics(x, depth + 1) for x in v)
+    if t in (slice, range):
+        return all(has_value_semantics(x, depth + 1) for x in (v.start, v.stop, v.step))
+    return False
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Strict equality for values with value semantics: same types all the way down, floats by sign and NaN too."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is float:
+        return (a == b and math.copysign(1.0, a) == math.copysign(1.0, b)) or (a != a and b != b)
+    if type(a) in (tuple, torch.Size):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if type(a) is frozenset:
+        return a == b and same_value(tuple(sorted(map(repr, a))), tuple(sorted(map(repr, b))))
+    if type(a) in (slice, range):
+        return all(same_value(getattr(a, k), getattr(b, k)) for k in ("start", "stop", "step"))
+    return a == b
+
+
+@dataclass(frozen=True)
+class ObjGuard:
+    """One value read from outside the inputs: `read` (over prologue globals) must give `value` again."""
+
+    read: str
+    text: str  # the value's name for the user: "self.k", "global K", "f.__defaults__"
+    value: Any
+    names: dict = field(default_factory=dict, compare=False)  # prologue globals the read needs
+
+    @property
+    def by_value(self) -> bool:
+        return has_value_semantics(self.value)
+
+    @property
+    def key(self) -> tuple:
+        """Part of the entry key: equal guards give equal keys, so entries guarding different values never merge."""
+        return (self.text, ("value", type(self.value), repr(self.value)) if self.by_value else ("id", id(self.value)))
+
+
+def fail_source(x: str, v: Any, name: Callable[[Any, str], str]) -> str:
+    """Python that is true when `x` (an expression evaluated once) is not `v` (by value or identity)."""
+    if v is None or isinstance(v, bool) or v is Ellipsis or v is NotImplemented:
+        return f"{x} is not {v!r}"
+    if type(v) in (int, str, bytes):
+        return f"type(_e := {x}) is not {type(v).__name__} or _e != {name(v, 'const')}"
+    if has_value_semantics(v):
+        return f"not {name(same_value, 'same_value')}({x}, {name(v, 'const')})"
+    return f"{x} is not {name(v, 'obj')}"
+
+
+def _user_class(cls: type) -> bool:
+    mod = getattr(cls, "__module__", "") or ""
+    return cls is not object and not mod.startswith(("torch.", "builtins", "specengine.", "typing", "abc"))
+
+
+def class_guards(cls: type, owner: str, names: dict) -> list[ObjGuard]:
+    """Class attributes with value semantics (configuration such as `scale = 2`) of the user classes in the MRO."""
+    out, seen = [], set()
+    key = f"_cls_{len(names)}"
+    names[key] = cls
+    for c in cls.__mro__:
+        if not _user_class(c):
+            continue
+        for attr, value in vars(c).items():
+            if attr in seen or attr.startswith("__") or not has_value_semantics(value):
+                continue
+            seen.add(attr)
+            out.append(ObjGuard(f"{key}.{attr}", f"{owner}.{attr}", getattr(cls, attr), {key: cls}))
+    return out
+
+
+def object_guards(obj: Any, owner: str) -> list[ObjGuard]:
+    """A plain object's attributes (a bound method's `self`): by value where they have value semantics, else by
+    identity; the attribute set itself (len of `__dict__`) too, so a new attribute that shadows a class one shows."""
+    d = getattr(obj, "__dict__", None)
+    if not isinstance(d, dict):
+        return []
+    key = f"_obj_{id(obj)}"
+    names = {key: d, "_absent": _ABSENT}
+    out = [ObjGuard(f"len({key})", f"the number of attributes of {owner}", len(d), names)]
+    for attr, value in d.items():
+        if type(attr) is str and not isinstance(value, torch.Tensor):  # tensors are inputs (prologue/state.py)
+            out.append(ObjGuard(f"{key}.get({attr!r}, _absent)", f"{owner}.{attr}", value, names))
+    return out + class_guards(type(obj), f"type({owner})", names)
+
+
+def defaults_guards(func: Any, owner: str) -> list[ObjGuard]:
+    """`__defaults__` (by identity: a new tuple is a new object) and each `__kwdefaults__` value (by identity)."""
+    out = []
+    key = f"_func_{id(func)}"
+    names = {key: func, "_absent": _ABSENT}
+    if getattr(func, "__defaults__", None) is not None:
+        out.append(ObjGuard(f"{key}.__defaults__", f"{owner}.__defaults__", func.__defaults__, names))
+    kwd = getattr(func, "__kwdefaults__", None)
+    if kwd is not None:
+        out.append(ObjGuard(f"len({key}.__kwdefaults__)", f"len({owner}.__kwdefaults__)", len(kwd), names))
+        for k, v in kwd.items():
+            out.append(ObjGuard(f"{key}.__kwdefaults__.get({k!r}, _absent)", f"{owner}.__kwdefaults__[{k!r}]", v,
+                                names))  # fmt: skip
+    return out
+
+
+def partial_guards(p: functools.partial, owner: str) -> list[ObjGuard]:
+    """What a partial binds: its function (identity), each positional and keyword argument."""
+    key = f"_partial_{id(p)}"
+    names = {key: p, "_absent": _ABSENT}
+    out = [ObjGuard(f"{key}.func", f"{owner}.func", p.func, names),
+           ObjGuard(f"len({key}.args)", f"len({owner}.args)", len(p.args), names),
+           ObjGuard(f"len({key}.keywords)", f"len({owner}.keywords)", len(p.keywords), names)]  # fmt: skip
+    tensor = torch.Tensor  # tensors are inputs (prologue/state.py)
+    out += [ObjGuard(f"{key}.args[{i}]", f"{owner}.args[{i}]", v, names) for i, v in enumerate(p.args)
+            if not isinstance(v, tensor)]  # fmt: skip
+    out += [ObjGuard(f"{key}.keywords.get({k!r}, _absent)", f"{owner}.keywords[{k!r}]", v, names)
+            for k, v in p.keywords.items() if not isinstance(v, tensor)]  # fmt: skip
+    return out
+
+
+def unwrap(fn: Any) -> tuple[Any, list[ObjGuard]]:
+    """The plain function under partials and bound methods (whose code the tracer reads), and the guards on what
+    they bind. Modules are handled as module state, not here."""
+    guards: list[ObjGuard] = []
+    owner = getattr(fn, "__name__", "fn")
+    for _ in range(16):
+        if isinstance(fn, functools.partial):
+            guards += partial_guards(fn, owner)
+            fn, owner = fn.func, f"{owner}.func"
+        elif isinstance(fn, types.MethodType):
+            if not isinstance(fn.__self__, (torch.nn.Module, type, types.ModuleType)):
+                guards += object_guards(fn.__self__, "self")
+            fn, owner = fn.__func__, fn.__func__.__name__
+        else:
+            break
+    if isinstance(fn, (types.FunctionType, types.MethodType)):
+        guards += defaults_guards(fn, getattr(fn, "__name__", owner))
+    return fn, guards

@@ -1,0 +1,189 @@
+"""State inputs: tensors the program reads from outside its arguments, and where each lives.
+
+A compiled module's parameters and buffers, the plain tensor attributes of its submodules (`self.t = torch.ones(2)`),
+tensors and modules closed over or read as globals, tensors bound by a `functools.partial` or held by a bound
+method's `self`: each tensor becomes an input of the computation (read by the prologue on every call, with static
+shapes), reached from a *root* object the prologue holds. While tracing, a proxy takes its place in every `Slot`
+that holds it (tied tensors: one input, several slots); the slots are restored when tracing ends, even on error.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+
+from specengine.prologue.external import ObjGuard, has_value_semantics
+from specengine.prologue.structure import INTERNAL, StructureGuard
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A place that holds a state tensor: a dict key, a closure cell (`key` None) or a partial's argument."""
+
+    holder: Any
+    key: Any
+
+    def get(self) -> Any:
+        if isinstance(self.holder, types.CellType):
+            return self.holder.cell_contents
+        if isinstance(self.holder, functools.partial):
+            where, k = self.key
+            return self.holder.args[k] if where == "args" else self.holder.keywords[k]
+        return self.holder[self.key]
+
+    def set(self, value: Any) -> None:
+        if isinstance(self.holder, types.CellType):
+            self.holder.cell_contents = value
+        elif isinstance(self.holder, functools.partial):
+            p, (where, k) = self.holder, self.key
+            func, args, kwds, d = p.__reduce__()[2]
+            if where == "args":
+                args = args[:k] + (value,) + args[k + 1 :]
+            else:
+                kwds = {**kwds, k: value}
+            p.__setstate__((func, args, kwds, d))
+        else:
+            self.holder[self.key] = value
+
+
+def module_path(qualname: str, kind: str, root: str = "self") -> str:
+    """Python text reaching a submodule, parameter or buffer from `root` (`kind`: _modules, ...)."""
+    path = root
+    parts = qualname.split(".") if qualname else []
+    for i, part in enumerate(parts):
+        last_kind = kind if i == len(parts) - 1 else "_modules"
+        path += f".{part}" if part.isidentifier() else f".{last_kind}[{part!r}]"
+    return path
+
+
+def module_access(qualname: str, kind: str, root: str = "self") -> str:
+    """Code reaching a submodule, parameter or buffer from `root` through the module dicts (no __getattr__)."""
+    parts = qualname.split(".") if qualname else []
+    kinds = ["_modules"] * (len(parts) - 1) + [kind] if parts else []
+    return root + "".join(f".{k}[{p!r}]" for k, p in zip(kinds, parts))
+
+
+class StateBuilder:
+    """Collects state tensors (as specs built by the input builder), their slots, the roots and module roots."""
+
+    def __init__(self, builder: Any, promoted: frozenset = frozenset()):
+        self.builder = builder
+        self.promoted = promoted  # (id(module), attribute) of ints that forward assigns
+        self.promoted_seen: set[int] = set()
+        self.specs = builder.specs
+        self.by_id: dict[int, Any] = {}  # id(tensor) -> its spec
+        self.out: list = []
+        self.module_ids: set[int] = set()
+
+    def root(self, name: str, obj: Any) -> str:
+        self.specs.roots.setdefault(name, obj)
+        return name
+
+    def tensor(self, path: str, read: str, slot: Slot, value: torch.Tensor) -> None:
+        spec = self.by_id.get(id(value))
+        if spec is None:
+            spec = self.by_id[id(value)] = self.builder.build(path, value)
+            self.specs.access[spec.local] = read
+            self.out.append(spec)
+        self.specs.slots.setdefault(spec.local, []).append(slot)
+
+    def module(self, module: torch.nn.Module, path_root: str, glb: str) -> None:
+        """Parameters, buffers and plain tensor attributes of every submodule; plain attributes as constants."""
+        if id(module) in self.module_ids:
+            return
+        self.module_ids.add(id(module))
+        self.specs.modules.append((path_root, glb, module))
+        self.root(glb, module)
+        subs = list(module.named_modules(remove_duplicate=False))
+        for kind in ("_parameters", "_buffers"):
+            for qual, sub in subs:
+                for name, t in getattr(sub, kind).items():
+                    if t is not None:
+                        q = f"{qual}.{name}" if qual else name
+                        self.tensor(module_path(q, kind, path_root), module_access(q, kind, glb),
+                                    Slot(getattr(sub, kind), name), t)  # fmt: skip
+        for qual, sub in subs:
+            for attr, value in vars(sub).items():
+                path = f"{module_path(qual, '_modules', path_root)}.{attr}"
+                read = f"{module_access(qual, '_modules', glb)}.__dict__.get({attr!r})"
+                if attr in INTERNAL:
+                    continue
+                if isinstance(value, torch.Tensor):
+                    self.tensor(path, read, Slot(sub.__dict__, attr), value)
+                elif type(value) in (list, dict):  # changed in place without a write the counter sees
+                    self._contents_guard(path, read, value)
+        self.specs.structure.append(StructureGuard(module, path_root, self.promoted))
+        self._promoted_ints(subs, path_root, glb)
+
+    def _contents_guard(self, path: str, read: str, value: list | dict) -> None:
+        """A list or dict attribute of values with value semantics: its contents, compared on every call."""
+        contents = tuple(value.items()) if type(value) is dict else tuple(value)
+        if has_value_semantics(contents):
+            items = f"tuple(({read}).items())" if type(value) is dict else f"tuple({read})"
+            self.specs.external.append(ObjGuard(items, f"the contents of {path}", contents))
+
+    def _promoted_ints(self, subs: list, path_root: str, glb: str) -> None:
+        """Int attributes that `forward` assigns (`self.steps += 1`): inputs read on every call, symbolic."""
+        for qual, sub in subs:
+            for attr, value in vars(sub).items():
+                if (id(sub), attr) in self.promoted and type(value) is int and id(sub) not in self.promoted_seen:
+                    path = f"{module_path(qual, '_modules', path_root)}.{attr}"
+                    self.builder.static = False
+                    spec = self.builder.build_dynamic_int(path, value)
+                    self.builder.static = True
+                    self.specs.access[spec.local] = f"{module_access(qual, '_modules', glb)}.__dict__.get({attr!r})"
+                    self.specs.slots.setdefault(spec.local, []).append(Slot(sub.__dict__, attr))
+                    self.out.append(spec)
+            self.promoted_seen.add(id(sub))
+
+    def external(self, found: Iterator[tuple[str, str, Slot, Any]]) -> None:
+        """Tensors and modules found outside the arguments: (path, read, slot, value)."""
+        for path, read, slot, value in found:
+            if isinstance(value, torch.nn.Module):
+                self.module(value, path, f"_root_{len(self.specs.roots)}")
+            elif isinstance(value, torch.Tensor):
+                self.tensor(path, read, slot, value)
+
+
+def captured(target: Any, roots: dict) -> Iterator[tuple[str, str, Slot, Any]]:
+    """Globals and closure variables of `target` that hold tensors or modules (`roots` gets their holders)."""
+    from specengine.trace.effects import captured_values
+
+    for kind, name, value, holder in captured_values(target):
+        if not isinstance(value, (torch.Tensor, torch.nn.Module)):
+            continue
+        if kind == "global":
+            roots.setdefault("_user_globals", holder)
+            yield name, f"_user_globals.get({name!r})", Slot(holder, name), value
+        else:
+            roots.setdefault("_user_cells", holder)
+            yield name[1], f"_user_cells[{name[0]}].cell_contents", Slot(holder[name[0]], None), value
+
+
+def bound(fn: Any, roots: dict) -> Iterator[tuple[str, str, Slot, Any]]:
+    """Tensors and modules held by the partials and bound `self` objects `fn` is made of."""
+    for _ in range(16):
+        if isinstance(fn, functools.partial):
+            key = f"_partial_{id(fn)}"
+            roots.setdefault(key, fn)
+            for i, v in enumerate(fn.args):
+                yield f"{key}.args[{i}]", f"{key}.args[{i}]", Slot(fn, ("args", i)), v
+            for k, v in fn.keywords.items():
+                yield f"{key}.keywords[{k!r}]", f"{key}.keywords.get({k!r})", Slot(fn, ("keywords", k)), v
+            fn = fn.func
+        elif isinstance(fn, types.MethodType):
+            obj = fn.__self__
+            if not isinstance(obj, (torch.nn.Module, type, types.ModuleType)) and isinstance(
+                getattr(obj, "__dict__", None), dict
+            ):
+                key = f"_obj_{id(obj)}"
+                roots.setdefault(key, obj.__dict__)
+                for attr, v in vars(obj).items():
+                    yield f"self.{attr}", f"{key}.get({attr!r})", Slot(obj.__dict__, attr), v
+            fn = fn.__func__
+        else:
+            return
