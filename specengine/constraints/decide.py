@@ -8,15 +8,16 @@ decision is recorded as a constraint with its provenance.
 from __future__ import annotations
 
 import time
-from typing import Any
-
-import z3
+from typing import TYPE_CHECKING, Any
 
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
 from specengine.constraints.intervals import decide_by_bounds
-from specengine.constraints.z3expr import to_z3
+from specengine.constraints.z3expr import to_z3, z3_module
 from specengine.provenance import Provenance
+
+if TYPE_CHECKING:
+    import z3
 
 Ranges = dict[str, tuple[int | None, int | None]]
 
@@ -118,6 +119,7 @@ class Decider:
         return known is not None
 
     def _z3_decide(self, n: E.Expr, value: bool) -> bool | None:
+        z3 = z3_module()
         solver = self._ensure_solver()
         self.z3_calls += 1
         solver.push()
@@ -137,7 +139,7 @@ class Decider:
 
     def _ensure_solver(self) -> z3.Solver:
         if self._solver is None:
-            self._solver = z3.Solver()
+            self._solver = z3_module().Solver()
             self._solver.set("timeout", self._timeout_ms)
             for fact in range_facts(self.ranges, self._z3_env):
                 self._solver.add(fact)

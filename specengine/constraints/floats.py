@@ -16,8 +16,6 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import z3
-
 from specengine.constraints import expr as E
 
 _ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "**": operator.pow}
@@ -112,6 +110,8 @@ class FloatExpr:
         return FloatExpr(self.op, tuple(a.subs(mapping) for a in self.args))
 
     def to_z3(self, env: dict) -> Any:
+        import z3  # loaded by the first query, not with specengine
+
         if self.op == "sym":
             return env.setdefault(self.args[0], z3.Real(self.args[0]))
         if self.op == "const":

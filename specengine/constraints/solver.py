@@ -8,22 +8,24 @@ the stronger guard set and warns. If z3 itself fails, every symbol is pinned (fu
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping
-
-import z3
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
 from specengine.constraints.decide import Ranges, linear_equality, range_facts, symbol_difference
 from specengine.constraints.floats import FloatExpr
-from specengine.constraints.folding import fold_conditions, fold_pinned
+from specengine.constraints.folding import fold_conditions, fold_pinned, simplify
 from specengine.constraints.intervals import decide_by_bounds
-from specengine.constraints.z3expr import to_z3
+from specengine.constraints.z3expr import to_z3, z3_module
 from specengine.errors import SolverWarning
 from specengine.provenance import Provenance
+
+if TYPE_CHECKING:
+    import z3
 
 log = logging.getLogger("specengine.solver")  # the "solver" log topic
 
@@ -125,7 +127,9 @@ class Solver:
     def solve(self) -> Solution:
         try:
             return self._solve()
-        except z3.Z3Exception as exc:
+        except Exception as exc:
+            if not _is_z3_error(exc):
+                raise
             warnings.warn(f"specengine: z3 failed ({exc}); specializing every symbol", SolverWarning, stacklevel=4)
             return self.full_specialization()
 
@@ -193,7 +197,7 @@ class Solver:
         sub = substitution(pinned, rep)
         out, seen = [], set()
         for c in self.constraints:
-            e = c.expr.subs(sub)
+            e = simplify(c.expr.subs(sub), self.ranges)
             n = E.normalize(e)
             if n.op == "bconst":
                 assert n.value, f"inconsistent constraint {c.debug_str()}"
@@ -204,7 +208,7 @@ class Solver:
         return out
 
     def _z3(self, facts: list) -> z3.Solver:
-        s = z3.Solver()
+        s = z3_module().Solver()
         s.set("timeout", self.timeout_ms)
         s.add(*facts)
         return s
@@ -215,6 +219,7 @@ class Solver:
 
         `on_sat` receives the model of a satisfiable query before the scope is popped.
         """
+        z3 = z3_module()
         self.z3_calls += 1
         solver.push()
         solver.add(*extra)
@@ -245,7 +250,7 @@ class Solver:
         """One query asks for a model in which some candidate differs from its hint; the candidates that
         differ in the model are not pinned and leave. Unsat means every remaining candidate is pinned.
         """
-        env: dict = {}
+        z3, env = z3_module(), {}
         candidates = sort_symbols({s for c in constraints for s in c.expr.free_symbols()} - set(pinned))
         if not candidates:
             return {}
@@ -272,19 +277,27 @@ class Solver:
 
         Constraints that share no symbol (transitively) with a constraint cannot change whether it is
         implied (every group is satisfiable: the hints satisfy it), so each group is minimized on its own.
+        A disjunct that another kept guard refutes (`s == 0 or ...` next to `s != 0`) is dropped, and the
+        group is minimized once more.
         """
-        kept: list[int] = []
+        kept: list[tuple[int, Constraint]] = []
         for group in components([c.expr for c in constraints]):
-            kept += self._minimize_group(constraints, group)
-        return [constraints[i] for i in sorted(kept)]
+            members = [(i, constraints[i]) for i in group]
+            members = [members[j] for j in self._minimize_group([c for _, c in members])]
+            pruned = _prune_disjuncts([c for _, c in members])
+            if any(p is not c for p, (_, c) in zip(pruned, members)):
+                members = [(i, p) for (i, _), p in zip(members, pruned)]
+                members = [members[j] for j in self._minimize_group([c for _, c in members])]
+            kept += members
+        return [c for _, c in sorted(kept, key=lambda t: t[0])]
 
-    def _minimize_group(self, constraints: list[Constraint], group: list[int]) -> list[int]:
-        """The indices of `group` kept. Each constraint is translated once and guarded by an indicator literal;
+    def _minimize_group(self, constraints: list[Constraint]) -> list[int]:
+        """The indices of `constraints` kept. Each constraint is translated once and guarded by an indicator literal;
         a query assumes the indicators of the constraints still kept. Interval bounds settle some without z3."""
-        kept = [i for i in group if decide_by_bounds(constraints[i].expr, self.ranges) is not True]
+        kept = [i for i, c in enumerate(constraints) if decide_by_bounds(c.expr, self.ranges) is not True]
         if not kept:
             return []
-        env: dict = {}
+        z3, env = z3_module(), {}
         terms = {i: to_z3(constraints[i].expr, env) for i in kept}
         flags = {i: z3.Bool(f"__keep{i}") for i in kept}
         symbols = set().union(*(constraints[i].expr.free_symbols() for i in kept))
@@ -329,6 +342,18 @@ def components(exprs: list[E.Expr]) -> list[list[int]]:
     return list(groups.values())
 
 
+def _prune_disjuncts(constraints: list[Constraint]) -> list[Constraint]:
+    """Each `or` guard without the disjuncts whose negation is another guard (equivalent under the others)."""
+    facts = {E.normalize(c.expr): c for c in constraints}
+    out = []
+    for c in constraints:
+        if c.expr.op == "or":
+            rest = [d for d in c.expr.args if facts.get(E.normalize(E.not_(d)), c) is c]
+            c = Constraint(E.or_(*rest), c.provenance) if len(rest) < len(c.expr.args) else c
+        out.append(c)
+    return out
+
+
 def _expression_pins(constraints: list[Constraint]) -> dict[E.Expr, int]:
     """Expressions that constraints pin to one value (`s0*s1 == 12`); symbols are pinned separately."""
     pins = {}
@@ -341,7 +366,7 @@ def _expression_pins(constraints: list[Constraint]) -> dict[E.Expr, int]:
 
 def implies(facts: Iterable[E.Expr], goal: E.Expr, ranges: Ranges, timeout_ms: int = 2000) -> bool:
     """Whether z3 proves `goal` from `facts` and the symbol ranges (False when unknown or on failure)."""
-    env: dict = {}
+    z3, env = z3_module(), {}
     solver = z3.Solver()
     solver.set("timeout", timeout_ms)
     try:
@@ -350,6 +375,11 @@ def implies(facts: Iterable[E.Expr], goal: E.Expr, ranges: Ranges, timeout_ms: i
         return solver.check() == z3.unsat
     except z3.Z3Exception:
         return False
+
+
+def _is_z3_error(exc: Exception) -> bool:
+    z3 = sys.modules.get("z3")  # never loaded: no z3 error
+    return z3 is not None and isinstance(exc, z3.Z3Exception)
 
 
 def _z3_any(e: Any, env: dict) -> Any:

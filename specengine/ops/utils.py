@@ -137,12 +137,29 @@ def meta_value(x: Any) -> Any:
     return x
 
 
+def _cpu_value(x: Any) -> Any:
+    if isinstance(x, TensorProxy):
+        return torch.zeros((1,) * x.ndim, dtype=x.dtype)
+    if isinstance(x, NumberProxy):
+        return x.hint
+    if isinstance(x, (tuple, list)):
+        return type(x)(_cpu_value(v) for v in x)
+    return x
+
+
 def meta_call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """Run `fn` on meta stand-ins, for torch's own dtype rules and dtype errors.
 
     Records that the trace depends on the default dtype when a floating result comes from no input.
+    It first tries one-element CPU tensors of zeros: torch's C++ kernels give the same dtypes, while most
+    meta kernels are Python (torch._refs) and their first call imports torch._dynamo (seconds, once per
+    process). Where that raises, the meta run decides, with eager's errors, as before.
     """
-    out = fn(*(meta_value(a) for a in args), **{k: meta_value(v) for k, v in kwargs.items()})
+    try:
+        with torch._C.DisableTorchFunction():
+            out = fn(*(_cpu_value(a) for a in args), **{k: _cpu_value(v) for k, v in kwargs.items()})
+    except Exception:  # noqa: BLE001 - the meta run below raises eager's error, or decides
+        out = fn(*(meta_value(a) for a in args), **{k: meta_value(v) for k, v in kwargs.items()})
     first = out[0] if isinstance(out, tuple) else out
     in_dtypes = {a.dtype for a in args if isinstance(a, TensorProxy)}
     if first.dtype.is_floating_point and first.dtype not in in_dtypes:
