@@ -154,7 +154,7 @@ def _plain_size(value: Any, active: set) -> int | None:
     if isinstance(value, (type, torch.nn.Module, torch.Tensor)) or id(value) in active:
         return None
     attrs = getattr(value, "__dict__", None)
-    if type(attrs) is not dict or any("__slots__" in vars(c) for c in cls.__mro__[:-1]):
+    if type(attrs) is not dict or any(_slots(c) for c in cls.__mro__[:-1]):
         return None
     if not all(type(a) is str and a.isidentifier() and not _data_descriptor(cls, a) for a in attrs):
         return None
@@ -167,6 +167,12 @@ def _plain_size(value: Any, active: set) -> int | None:
         return total if total <= _MAX_OBJECT_LEAVES else None
     finally:
         active.discard(id(value))
+
+
+def _slots(cls: type) -> set:
+    """The slots a class adds besides `__dict__` and `__weakref__` (`__slots__ = ()`, as in ABC, adds none)."""
+    slots = vars(cls).get("__slots__", ())
+    return set([slots] if isinstance(slots, str) else slots) - {"__dict__", "__weakref__"}
 
 
 def _data_descriptor(cls: type, attr: str) -> bool:

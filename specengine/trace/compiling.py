@@ -10,6 +10,10 @@ instead of branching on `padding_mask.all()`, and states its checks as `torch._c
   guard; an input that violates it is traced again, and then raises the check's error, as eager does.
 - `torch._check_tensor_all(t)` / `torch._assert_async(t)` on a traced tensor: a data-dependent assertion. It is
   recorded in the computation (`prims.assert_all`) and runs on every call, raising eager's error type.
+
+`F.scaled_dot_product_attention` also gets a thin wrapper: its `is_causal` may arrive as a symbolic bool
+(`q_len > 1 and mask is None` returns its first operand), which torch's argument parser refuses before any
+torch-function mode sees the call; the wrapper decides it, like a branch.
 """
 
 from __future__ import annotations
@@ -72,9 +76,20 @@ def _error_name(error_type: type) -> str:
     return name if getattr(builtins, name, None) is error_type else "RuntimeError"
 
 
+def _sdpa(*args: Any, **kwargs: Any) -> Any:
+    """`is_causal = q_len > 1 and ...` hands SDPA a symbolic bool, which torch's argument parser refuses: decide it."""
+    from specengine.trace.proxies import NumberProxy
+
+    for key in ("is_causal", "enable_gqa"):
+        if isinstance(kwargs.get(key), NumberProxy) and context.current() is not None:
+            kwargs[key] = bool(kwargs[key])  # (a branch: the decision is recorded, as `and` already did)
+    return _saved["sdpa"](*args, **kwargs)
+
+
 _PATCHES: dict[str, tuple[Any, str, Callable]] = {
     "check_with": (torch, "_check_with", _check_with),
     "check_tensor_all_with": (torch, "_check_tensor_all_with", _check_tensor_all_with),
+    "sdpa": (torch.nn.functional, "scaled_dot_product_attention", _sdpa),
 }
 
 
