@@ -8,13 +8,14 @@ Sections, each run in a child process of this one (so that one crash or timeout 
 4. gpt        first-call latency and steady-state forward time of a GPT-2-small-shaped model (tests/gpt.py)
 5. solver     the share of compile time spent in z3 (from sections 2 and 4)
 6. hotpath    cached-call time / eager of a 32-layer width-4 GPT (bench/module_overhead.py) and of the seed
+7. models     Hugging Face transformers families (tiny configs): compiles, first call, cached call, generate
 
 Prints one markdown table per section to stdout (progress goes to stderr) and writes a JSON copy to
 bench/results.json (or --json PATH). All figures come from the same run on the same machine; ratios are to
 eager. Lightning Thunder's columns say "not installed" when `import thunder` fails. A benchmark, not a test:
 it prints figures and asserts nothing about speed.
 
-    python bench/run_all.py [--quick] [--json PATH] [--sections overhead,scenarios,dispatch,gpt]
+    python bench/run_all.py [--quick] [--json PATH] [--sections overhead,scenarios,dispatch,gpt,models]
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ import peers  # noqa: E402
 import scenarios  # noqa: E402
 from overhead import seed  # noqa: E402
 
-SECTIONS = ("overhead", "scenarios", "dispatch", "gpt", "hotpath")
-TIMEOUT_S = {True: {"overhead": 170, "scenarios": 170, "dispatch": 170, "gpt": 170, "hotpath": 170},
-             False: {"overhead": 900, "scenarios": 900, "dispatch": 900, "gpt": 1500, "hotpath": 600}}  # fmt: skip
+SECTIONS = ("overhead", "scenarios", "dispatch", "gpt", "hotpath", "models")
+TIMEOUT_S = {True: {"overhead": 170, "scenarios": 170, "dispatch": 170, "gpt": 170, "hotpath": 170, "models": 300},
+             False: {"overhead": 900, "scenarios": 900, "dispatch": 900, "gpt": 1500, "hotpath": 600,
+                     "models": 1500}}  # fmt: skip
 
 
 def log(msg: str) -> None:
@@ -358,6 +360,10 @@ def run_child(section: str, opts: argparse.Namespace) -> None:
         result = section_dispatch(opts.quick)
     elif section == "hotpath":
         result = section_hotpath(opts.quick)
+    elif section == "models":
+        import models  # bench/models.py
+
+        result = models.run(opts.quick)
     else:
         result = section_gpt(opts.quick, opts.vocab, opts.gpt_threads)
     Path(opts.out).write_text(json.dumps(result, default=str))
@@ -606,6 +612,13 @@ def render_solver(scen: dict, gpt: dict) -> list[str]:
                       "included). compile = trace + solve (z3 included) + codegen.", ""]  # fmt: skip
 
 
+def render_models(res: dict) -> list[str]:
+    import models  # bench/models.py
+
+    head, *rest = models.render(res) if not _section_error(res) else ["", _section_error(res), ""]
+    return ["### 7. Hugging Face transformers models (tiny configs)", *rest]
+
+
 def render(meta: dict, results: dict[str, dict]) -> str:
     m = meta["machine"]
     lines = [f"## specengine benchmarks ({'--quick' if meta['quick'] else 'full run'})", "",
@@ -620,6 +633,7 @@ def render(meta: dict, results: dict[str, dict]) -> str:
     lines += render_gpt(get("gpt"))
     lines += render_solver(get("scenarios"), get("gpt"))
     lines += render_hotpath(get("hotpath"))
+    lines += render_models(get("models"))
     runs = ", ".join(f"{s} {r['_run']['wall_s']:.0f} s ({r['_run']['cpu_s']:.0f} s CPU)"
                      for s, r in results.items())  # fmt: skip
     lines += [f"Section times: {runs}.", ""]

@@ -11,7 +11,7 @@ import torch
 
 from specengine.constraints import expr as E
 from specengine.ops import prims
-from specengine.ops.generic import generic_call
+from specengine.ops.ltorch_index import advanced_getitem
 from specengine.ops.registry import torchop
 from specengine.ops.utils import canonical_dim, decide, fmt_shape, hint, shape_arg
 from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, value_expr
@@ -211,8 +211,8 @@ def _int_index(i: Any, n: E.Expr, dim: int) -> E.Expr:
 
 @torchop(operator.getitem, torch.Tensor.__getitem__, name="getitem", methods=("__getitem__",))
 def getitem(a: TensorProxy, key: Any) -> TensorProxy:
-    if advanced_index(key):
-        return generic_call(torch.Tensor.__getitem__, (a, key), {})  # integer tensors index: torch's meta kernel
+    if advanced_index(key):  # integer tensors index: ltorch_index (no broadcast guards), else torch's meta kernel
+        return advanced_getitem(a, key)
     starts, ends, steps, drop, new_axes, out_pos, dim = [], [], [], [], [], 0, 0
     for k in _index_key(a, key):
         if k is None:
