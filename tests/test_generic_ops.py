@@ -225,3 +225,27 @@ def test_trace_prints_the_torch_op_and_runs():
     torch.testing.assert_close(cfn(x), torch.linalg.vector_norm(torch.special.expit(x), dim=0))
     text = str(specengine.last_traces(cfn)[-1])
     assert "torch.linalg.vector_norm(" in text and "torch.special.expit(" in text
+
+
+def test_tensor_properties_and_dtype_predicates():
+    cfn = specengine.compile(lambda a: a.mH * 2 if torch.is_floating_point(a) else a, dynamic=True)
+    x = torch.randn(3, 2)
+    torch.testing.assert_close(cfn(x), x.mH * 2)
+    assert "tex.tensor_attr(a, 'mH')" in str(specengine.last_traces(cfn)[-1])
+
+
+def test_seeding_inside_the_function_runs_on_every_call():
+    from torch.testing._utils import wrapper_set_seed  # seeds 42, then restores the caller's RNG state
+
+    def f(a):
+        return wrapper_set_seed(F.dropout, a, 0.5) + torch.rand_like(a)
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (8, 8, 9):
+        x = torch.randn(n)
+        torch.manual_seed(1)
+        expected, state = f(x), torch.get_rng_state()
+        torch.manual_seed(1)
+        torch.testing.assert_close(cfn(x), expected)
+        assert torch.equal(torch.get_rng_state(), state)
+    assert counts(cfn) == (1, 2)

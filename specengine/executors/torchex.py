@@ -27,6 +27,11 @@ def rmatmul(a: Any, b: Any) -> Any:
     return b @ a
 
 
+def tensor_attr(a: Any, name: str) -> Any:
+    """`a.<name>`: a tensor property without a rule (`x.mH`), run by the generic op path."""
+    return getattr(a, name)
+
+
 class TorchExecutor:
     """Claims every op that has a torch implementation."""
 

@@ -16,6 +16,8 @@ stand-in is contiguous, so nothing downstream reads the meta kernel's layout.
 
 from __future__ import annotations
 
+import contextlib
+import math
 from typing import Any, Callable
 
 import torch
@@ -33,7 +35,9 @@ _REFUSED_TAGS = tuple(getattr(torch.Tag, t) for t in ("dynamic_output_shape", "d
                       if hasattr(torch.Tag, t))  # fmt: skip
 _VALUE_RESULTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, type(None))
 _SYMBOLS: dict[tuple, Symbol] = {}
+_DTYPE_PREDICATES = frozenset({"is_floating_point", "is_complex", "is_signed"})
 _EMPTY_STRIDED = torch.ops.aten.empty_strided.default
+_RANDOM_TAG = getattr(torch.Tag, "nondeterministic_seeded", None)
 _aten = torch.ops.aten
 _INDEX_OPS = {_aten.index, _aten.index_put, _aten.index_put_, _aten._index_put_impl_, _aten._unsafe_index,
               _aten._unsafe_index_put}  # fmt: skip
@@ -47,18 +51,25 @@ def op_name(func: Callable) -> str:
     if isinstance(func, torch._ops.OpOverloadPacket):
         return f"torch.ops.{func._qualified_op_name.replace('::', '.')}"
     name = torch.overrides.resolve_name(func)
-    if name is None:
-        objclass = getattr(func, "__objclass__", None)
-        if objclass in (torch.Tensor, torch._C.TensorBase):
-            name = f"torch.Tensor.{func.__name__}"
+    if name is None or _resolve(name) is not func:
+        name = next((f"{ns}.{func.__name__}" for ns in _NAMESPACES if _resolve(f"{ns}.{getattr(func, '__name__', '')}")
+                     is func), None)  # fmt: skip
     if name is None or _resolve(name) is not func:
         raise unsupported(repr(func), "it has no symbolic rule and no printable torch name")
     return name
 
 
+_NAMESPACES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft",
+               "torch._C._nn", "torch._C._linalg", "torch._C._special", "torch._C._fft", "tex")  # fmt: skip
+
+
 def _resolve(path: str) -> Any:
-    obj: Any = torch
-    for part in path.split(".")[1:]:
+    """The object a trace's `torch.x.y` (or `tex.x`) names."""
+    from specengine.executors import torchex
+
+    head, *parts = path.split(".")
+    obj: Any = torchex if head == "tex" else torch
+    for part in parts:
         obj = getattr(obj, part, None)
     return obj
 
@@ -75,10 +86,14 @@ def _symbol(func: Callable, name: str, pure: bool) -> Symbol:
 
 
 class _MetaMode(TorchDispatchMode):
-    """Refuses data-dependent aten ops; runs a decomposition where an op has no meta kernel."""
+    """Refuses data-dependent aten ops; runs a decomposition where an op has no meta kernel; notes random ops."""
+
+    random = False  # an aten op draws random numbers: the call is impure (never merged or dropped, kept in order)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if _RANDOM_TAG is not None and _RANDOM_TAG in func.tags:
+            self.random = True
         if any(tag in func.tags for tag in _REFUSED_TAGS) and not _integer_indexing(func, args):
             raise S.DataDependentError(f"{func} has a data-dependent output")
         if func is _EMPTY_STRIDED:  # strides are not modelled: a contiguous stand-in needs no storage-size guards
@@ -123,6 +138,8 @@ class _Stand_ins:
             return meta
         if isinstance(x, NumberProxy):
             return self._number(x)
+        if isinstance(x, tuple) and type(x) is not tuple and not hasattr(x, "_fields"):  # x.shape (a SymSize)
+            return tuple(self.convert(v) for v in x)
         if isinstance(x, torch.Tensor):
             raise unsupported("a tensor closed over from outside", "pass the tensor as an argument")
         return x
@@ -142,6 +159,9 @@ def _device(device: Any) -> torch.device:
 def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
     """Trace `func(*args, **kwargs)` through torch's meta kernel; raises UnsupportedOpError where it cannot."""
     name = op_name(func)
+    if name.rpartition(".")[2] in _DTYPE_PREDICATES and len(args) == 1 and isinstance(args[0], TensorProxy):
+        with torch._C.DisableTorchFunction():  # a fact of the dtype
+            return getattr(torch.empty((), dtype=args[0].dtype, device="meta"), name.rpartition(".")[2])()
     if kwargs.get("out") is not None:
         raise unsupported(f"{name}(out=...)", "assign the result instead of passing out=")
     _check_printable(name, (args, kwargs))
@@ -150,9 +170,10 @@ def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
     device = None
     if "device" in mkwargs and mkwargs["device"] is not None:
         device, mkwargs["device"] = _device(mkwargs["device"]), "meta"
-    out = _run_meta(func, name, margs, mkwargs)
+    mode = _MetaMode()
+    out = _run_meta(func, name, margs, mkwargs, mode)
     device = device or (stand_ins.devices[0] if stand_ins.devices else torch.device("cpu"))
-    pure = _check_mutations(name, stand_ins)
+    pure = _check_mutations(name, stand_ins) and not mode.random
     result = _outputs(name, out, stand_ins, device, pure)
     inputs = {id(p) for _, p, _ in stand_ins.tensors}
     if pure and all(id(r) in inputs for r in pytree.tree_leaves(result) if isinstance(r, Proxy)):
@@ -170,42 +191,61 @@ def _check_printable(name: str, tree: Any) -> None:
         raise unsupported(name, f"an argument cannot be written in a trace ({e})") from None
 
 
-def _run_meta(func: Callable, name: str, margs: tuple, mkwargs: dict) -> Any:
-    try:
-        with S.running_op(name), torch._C.DisableTorchFunction(), enable_python_dispatcher(), _MetaMode():
-            return func(*margs, **mkwargs)
-    except UnsupportedOpError:
-        raise
-    except S.DataDependentError as e:
-        raise unsupported(
-            name, f"its output size is data-dependent ({e}); run it outside the compiled function"
-        ) from None
-    except Exception as e:  # a real error if it also happens on concrete sizes, else a limit of the symbolic path
-        if _fails_concretely(func, margs, mkwargs, type(e)):
+def _run_meta(func: Callable, name: str, margs: tuple, mkwargs: dict, mode: _MetaMode) -> Any:
+    """The kernel's result: under torch's Python dispatcher first (Python meta kernels and decompositions for the
+    C++ kernels that need concrete sizes), else plain C++ dispatch; an error is eager's if eager raises it too."""
+    errors = []
+    for python_dispatcher in (True, False):
+        try:
+            with S.running_op(name), torch._C.DisableTorchFunction(), _dispatcher(python_dispatcher), mode:
+                return func(*margs, **mkwargs)
+        except UnsupportedOpError:
             raise
-        raise unsupported(name, f"its meta kernel fails on symbolic sizes ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}); run it outside the compiled function") from e  # fmt: skip
+        except S.DataDependentError as e:
+            raise unsupported(
+                name, f"its output size is data-dependent ({e}); run it outside the compiled function"
+            ) from None
+        except Exception as e:  # noqa: BLE001 - decided below: eager's error, or a limit of the symbolic path
+            errors.append(e)
+    first = errors[0]
+    if _eager_raises(func, margs, mkwargs, type(first)):
+        raise first
+    why = f"{type(first).__name__}: {str(first).splitlines()[0] if str(first) else ''}"
+    raise unsupported(name, f"its meta kernel fails on symbolic sizes ({why[:200]}); run it outside the compiled "
+                      "function") from first  # fmt: skip
 
 
-def _fails_concretely(func: Callable, margs: tuple, mkwargs: dict, kind: type) -> bool:
-    """Whether the kernel raises `kind` on meta tensors of the example sizes too (then eager raises it)."""
-    if issubclass(kind, NotImplementedError) or not issubclass(kind, (RuntimeError, ValueError, IndexError, TypeError)):
+def _dispatcher(python: bool) -> Any:
+    return enable_python_dispatcher() if python else contextlib.nullcontext()
+
+
+_MAX_CHECK_NUMEL = 1 << 20
+
+
+def _eager_raises(func: Callable, margs: tuple, mkwargs: dict, kind: type) -> bool:
+    """Whether eager raises `kind` on real tensors of the example sizes (zeros): then the error is eager's."""
+    if not issubclass(kind, (RuntimeError, ValueError, IndexError, TypeError)):
         return False
+    hints = context.require().decider.hints
+    total = [0]
 
-    def concrete(x: Any) -> Any:
+    def real(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
-            return torch.empty([int(S.expr_of(s).eval(context.require().decider.hints)) for s in x.shape],
-                               dtype=x.dtype, device="meta")  # fmt: skip
+            sizes = [int(S.expr_of(s).eval(hints)) for s in x.shape]
+            total[0] += math.prod(sizes)
+            return torch.zeros(sizes, dtype=x.dtype)
         if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return x.node.hint
-        return x
+        return "cpu" if isinstance(x, str) and x == "meta" else x
 
     try:
-        with torch._C.DisableTorchFunction(), enable_python_dispatcher(), _MetaMode():
-            cargs, ckwargs = pytree.tree_map(concrete, (margs, mkwargs))
-            func(*cargs, **ckwargs)
-    except Exception as e:  # noqa: BLE001 - any failure of the concrete run settles it
-        return isinstance(e, kind) and "meta" not in str(e).lower()
+        with torch._C.DisableTorchFunction():
+            rargs, rkwargs = pytree.tree_map(real, (margs, mkwargs))
+            if total[0] > _MAX_CHECK_NUMEL:
+                return False
+            func(*rargs, **rkwargs)
+    except Exception as e:  # noqa: BLE001 - any failure of the eager run settles it
+        return isinstance(e, kind)
     return False
 
 
@@ -247,11 +287,25 @@ def _outputs(name: str, out: Any, stand_ins: _Stand_ins, device: torch.device, p
     return pytree.tree_unflatten(results, spec)
 
 
-def generic_method(name: str) -> Callable | None:
-    """A Tensor method or tensor-valued property without a rule, as a function of the proxy (or None)."""
+class _Property:
+    """A Tensor property without a rule (`x.mH`, `x.real`): its value through the generic path."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, proxy: TensorProxy, owner: Any = None) -> Any:
+        from specengine.executors.torchex import tensor_attr
+
+        return generic_call(tensor_attr, (proxy, self.name), {})
+
+
+def generic_method(name: str) -> Any:
+    """A Tensor method or property without a rule, as a descriptor binding to the proxy (or None)."""
     attr = getattr(torch.Tensor, name, None)
     if attr is None:
         return None
+    if isinstance(attr, (property, type(torch.Tensor.real))):
+        return _Property(name)
     if callable(attr) and not isinstance(attr, type):
 
         def method(self: TensorProxy, *args: Any, **kwargs: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Data-dependent assertions: `torch._check_tensor_all(t)` and `torch._assert_async(t)` run in the computation."""
+"""Data-dependent assertions (`torch._check_tensor_all(t)`, `torch._assert_async(t)`) and `torch.manual_seed` run in
+the computation, in program order."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from specengine.ops import prims
 from specengine.ops.registry import torchop
 from specengine.trace.proxies import TensorProxy
 
-__all__ = ["assert_all", "assert_async"]
+__all__ = ["assert_all", "assert_async", "manual_seed", "get_rng_state", "set_rng_state"]
 
 
 def _assert_all_impl(cond: torch.Tensor, error: str, message: str) -> None:
@@ -29,3 +30,26 @@ def assert_async(cond: TensorProxy, msg: str = "Expected Tensor with single nonz
     if cond.numel() != 1:  # eager's check, on the (symbolic) size
         raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
     return assert_all(cond != 0, "RuntimeError", msg)
+
+
+# The global RNG state inside a compiled function (specengine/trace/effects.py routes these calls here): seeding,
+# saving and restoring run on every call, in program order, as in eager. manual_seed returns None (not the generator).
+
+
+def _manual_seed_impl(seed: int) -> None:
+    torch.random.manual_seed(seed)
+
+
+@torchop(torch.random.manual_seed, name="manual_seed", pure=False, always_traced=True, impl=_manual_seed_impl)
+def manual_seed(seed: int) -> None:
+    return None
+
+
+@torchop(torch.random.get_rng_state, name="get_rng_state", pure=False, always_traced=True)
+def get_rng_state() -> TensorProxy:
+    return prims.new_tensor((torch.default_generator.get_state().numel(),), torch.uint8, [])
+
+
+@torchop(torch.random.set_rng_state, name="set_rng_state", pure=False, always_traced=True)
+def set_rng_state(new_state: TensorProxy) -> None:
+    return None

@@ -20,12 +20,19 @@ import types
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+import torch
+
 from specengine.errors import UnsupportedOpError
 from specengine.trace import context
 
 _lock = threading.Lock()
 _depth = 0
 _saved_print: Callable = builtins.print
+# Global RNG state functions: recorded while tracing (the computation runs them on every call, in program order,
+# as eager does); the recorded op is torch.random's own function (torch._dynamo wraps torch.manual_seed).
+_RNG_FUNCTIONS = ("manual_seed", "get_rng_state", "set_rng_state")
+_real_rng = {name: getattr(torch.random, name) for name in _RNG_FUNCTIONS}
+_saved_rng: dict[str, tuple] = {}
 _MISSING = object()
 
 
@@ -38,12 +45,41 @@ def _guarded_print(*args: Any, **kwargs: Any) -> None:
     return _saved_print(*args, **kwargs)
 
 
+def _traced_rng(name: str) -> Callable:
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        if context.current() is not None:
+            from specengine.trace.proxies import HOOKS
+
+            return HOOKS.dispatch_torch(_real_rng[name], args, kwargs)
+        return _real_rng[name](*args, **kwargs)  # (never a saved wrapper: torch._dynamo may wrap this function)
+
+    traced.__name__ = name
+    return traced
+
+
+_TRACED_RNG = {name: _traced_rng(name) for name in _RNG_FUNCTIONS}
+
+
+def _swap_rng(install: bool) -> None:
+    for name in _RNG_FUNCTIONS:
+        if install and getattr(torch, name) is not _TRACED_RNG[name]:
+            _saved_rng[name] = (getattr(torch, name), getattr(torch.random, name))
+            setattr(torch, name, _TRACED_RNG[name])
+            setattr(torch.random, name, _TRACED_RNG[name])
+        elif not install and name in _saved_rng:
+            for module, saved in zip((torch, torch.random), _saved_rng[name]):
+                if getattr(module, name) is _TRACED_RNG[name]:
+                    setattr(module, name, saved)
+
+
 def _install() -> None:
     global _depth, _saved_print
     with _lock:
         if _depth == 0 and builtins.print is not _guarded_print:
             _saved_print = builtins.print
             builtins.print = _guarded_print
+        if _depth == 0:
+            _swap_rng(install=True)
         _depth += 1
 
 
@@ -53,6 +89,8 @@ def _uninstall() -> None:
         _depth -= 1
         if _depth == 0 and builtins.print is _guarded_print:  # leave alone a print someone else installed
             builtins.print = _saved_print
+        if _depth == 0:
+            _swap_rng(install=False)
 
 
 @contextmanager
