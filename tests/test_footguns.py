@@ -908,3 +908,65 @@ def test_a_failed_compile_leaves_a_cache_object_unchanged():
     assert cache.keys == [] and cache.seen == 0 and specengine.cache_entries(cfn) == []
     torch.testing.assert_close(cfn(torch.ones(3), cache), torch.ones(3))
     assert len(cache.keys) == 1 and cache.seen == 1
+
+
+FACTOR = 2
+
+
+def _helper(x):
+    return x * FACTOR
+
+
+def _calls_helper(x):
+    return _helper(x) + 1
+
+
+def test_a_global_read_by_a_helper_function_is_guarded():
+    global FACTOR
+    cfn = specengine.compile(_calls_helper, dynamic=True)
+    try:
+        for v, n in ((2, 0), (2, 1), (5, 2), (2, 2), (5, 1)):
+            FACTOR = v
+            _as_eager(cfn, _calls_helper, torch.randn(n))
+    finally:
+        FACTOR = 2
+    assert counts(cfn) == (2, 3)
+
+
+class _Scaled(nn.Module):
+    def forward(self, x):
+        return x * FACTOR
+
+
+def test_a_global_read_by_a_submodule_forward_is_guarded():
+    global FACTOR
+    model = nn.Sequential(_Scaled(), nn.Identity())
+    cfn = specengine.compile(model, dynamic=True)
+    try:
+        for v, n in ((2, 0), (3, 1), (2, 2)):
+            FACTOR = v
+            _as_eager(cfn, model, torch.randn(n))
+    finally:
+        FACTOR = 2
+    assert counts(cfn) == (2, 1)
+
+
+class _WithHelperMethod(nn.Module):
+    def scale(self, x):
+        return x * FACTOR
+
+    def forward(self, x):
+        return self.scale(x) + 1
+
+
+def test_a_global_read_by_a_module_method_is_guarded():
+    global FACTOR
+    model = _WithHelperMethod()
+    cfn = specengine.compile(model, dynamic=True)
+    try:
+        for v, n in ((2, 0), (4, 1), (2, 2), (4, 2)):
+            FACTOR = v
+            _as_eager(cfn, model, torch.randn(n))
+    finally:
+        FACTOR = 2
+    assert counts(cfn) == (2, 2)

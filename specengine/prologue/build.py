@@ -251,17 +251,18 @@ def _structure_checks(st: _Steps, guards: list) -> None:
 
 def _captured_checks(st: _Steps, captured: list) -> None:
     """Globals and closure variables the trace read keep their values (by value where the type has value semantics,
-    else by identity), or the entry does not apply."""
-    for kind, name, value, holder in captured:  # holder: the function's globals dict, or its closure
+    else by identity), or the entry does not apply. The compiled function's own holders are `_user_globals` and
+    `_user_cells`; those of the helpers it calls get names of their own."""
+    st.glb.setdefault("_absent", object())
+    for kind, name, value, holder in captured:  # holder: a function's globals dict, or its closure
         if isinstance(value, torch.Tensor):
             continue  # a state input (prologue/state.py), read on every call
         if kind == "global":
-            st.glb.setdefault("_user_globals", holder)
-            st.glb.setdefault("_absent", object())
-            where, text = f"_user_globals.get({name!r}, _absent)", f"global {name}"
+            glb = "_user_globals" if st.glb.setdefault("_user_globals", holder) is holder else st.name(holder, "glb")
+            where, text = f"{glb}.get({name!r}, _absent)", f"global {name}"
         else:
-            st.glb.setdefault("_user_cells", holder)
-            where, text = f"_user_cells[{name[0]}].cell_contents", f"closure variable {name[1]}"
+            cells = "_user_cells" if st.glb.setdefault("_user_cells", holder) is holder else st.name(holder, "cells")
+            where, text = f"{cells}[{name[0]}].cell_contents", f"closure variable {name[1]}"
         _object_check(st, where, text, value)
 
 

@@ -166,3 +166,41 @@ def unwrap(fn: Any) -> tuple[Any, list[ObjGuard]]:
     if isinstance(fn, (types.FunctionType, types.MethodType)):
         guards += defaults_guards(fn, getattr(fn, "__name__", owner))
     return fn, guards
+
+
+def _user_function(v: Any) -> bool:
+    mod = getattr(v, "__module__", "") or ""
+    return isinstance(v, types.FunctionType) and not mod.startswith(("torch", "specengine", "functools", "typing"))
+
+
+def captured_transitively(target: Any, modules: list, limit: int = 64) -> list:
+    """The globals and closure variables read by `target`, by the user functions it reaches through them (helpers,
+    recursively) and by the methods of the user classes of `modules`' trees and of a bound method's `self`
+    (`forward` first): `effects.captured_values` entries, each (holder, name) once. At most `limit` functions are
+    scanned after `target` and its helpers."""
+    from specengine.trace.effects import captured_values
+
+    classes = {c for m in modules for s in m.modules() for c in type(s).__mro__ if _user_class(c)}
+    owner = getattr(target, "__self__", None)
+    classes |= {c for c in type(owner).__mro__ if _user_class(c)} if owner is not None else set()
+    methods = [f for c in classes for f in vars(c).values() if isinstance(f, types.FunctionType)]
+    methods.sort(key=lambda f: f.__name__ != "forward")
+    out: list = []
+    seen: set = set()
+    done: set[int] = set()
+    for roots in ([target], methods):
+        todo, scanned = list(roots), 0
+        while todo and scanned < limit:
+            fn = todo.pop(0)
+            if id(fn) in done:
+                continue
+            done.add(id(fn))
+            scanned += 1
+            for kind, name, value, holder in captured_values(fn):
+                key = (id(holder), name if kind == "global" else name[0])
+                if key not in seen:
+                    seen.add(key)
+                    out.append((kind, name, value, holder))
+                    if _user_function(value):
+                        todo.insert(0, value)  # a helper before the next method
+    return out

@@ -15,7 +15,7 @@ from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
 from specengine.constraints.floats import FloatExpr
 from specengine.errors import UnsupportedOpError
-from specengine.prologue.external import unwrap
+from specengine.prologue.external import captured_transitively, unwrap
 from specengine.prologue.inputs import (
     AliasSpec,
     ConstSpec,
@@ -141,6 +141,6 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
         state.output_plan = objects.plan_outputs(out, shadows)
     if state.output_plan is not None:
         out = tuple(state.output_plan.leaves)
-    specs.captured = effects.captured_values(target)  # their values are baked in: the prologue guards them
+    specs.captured = captured_transitively(target, modules)  # baked in: the prologue guards them
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
     return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state
