@@ -379,6 +379,45 @@ def test_a_torch_size_built_from_sizes_is_returned_as_a_torch_size():
     assert type(out[1]) is torch.Size and type(out[2]) is torch.Size
 
 
+def test_iterating_a_tensor_pins_its_length():
+    def f(x):
+        return torch.stack([row * i for i, row in enumerate(x)])
+
+    _check(f, [(_t(2, 3),), (_t(2, 4),), (_t(3, 3),), (_t(1, 3),)], misses=3, hits=1)
+
+
+def test_copies_of_numbers_and_shapes_are_themselves():
+    import copy
+
+    def f(x):
+        return x * copy.copy(x.shape[0]) + copy.deepcopy(x.shape)[-1], copy.deepcopy(x.shape)
+
+    _check(f, [(_t(2, 3),), (_t(4, 1),), (_t(0, 2),)], misses=1)
+
+
+_DATA_DEPENDENT = {
+    "repr": lambda x: repr(x),
+    "deepcopy": lambda x: __import__("copy").deepcopy(x),
+    "copy": lambda x: __import__("copy").copy(x),
+    "int": lambda x: int(x.sum()),
+    "float": lambda x: float(x.sum()),
+    "index": lambda x: [1, 2][x.sum().int()],
+    "in": lambda x: 0.5 in x,
+    "numpy": lambda x: __import__("numpy").asarray(x),
+}
+
+
+@pytest.mark.parametrize("construct", sorted(_DATA_DEPENDENT))
+def test_data_dependent_tensor_protocols_are_refused(construct):
+    def f(x):
+        return x * 2, _DATA_DEPENDENT[construct](x)
+
+    cfn = specengine.compile(f, dynamic=True)
+    with pytest.raises(specengine.UnsupportedOpError, match=r"is not supported by specengine \(at "):
+        cfn(_t(2))
+    assert counts(cfn) == (0, 0)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Python state, modules and containers (identity and aliasing, outside state, modules, containers)
 # ---------------------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import sys
 import threading
 import types
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from torch.utils import _pytree as pytree
 from specengine.constraints import expr as E
 from specengine.constraints import floats
 from specengine.errors import UnsupportedOpError
-from specengine.provenance import user_frame
+from specengine.provenance import _is_internal, user_frame
 from specengine.trace import context
 
 _DTYPE_SHORT = {
@@ -198,6 +199,29 @@ class TensorProxy(Proxy):
         raise unsupported("format(Tensor)", "formatting tensor data is data-dependent; format outside the compiled "
                           "function")  # fmt: skip
 
+    def __repr__(self) -> str:
+        if context.current() is not None and not _is_internal(sys._getframe(1).f_code.co_filename):
+            raise unsupported("repr(Tensor)", "formatting tensor data is data-dependent; repr outside the compiled "
+                              "function (x.shape, x.dtype and x.device are fine)")  # fmt: skip
+        return f'<TensorProxy {self.name}: "{self.type_string()}">'
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self.dims:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter([self[i] for i in range(len(self))])  # the number of rows is pinned, as by len()
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        raise unsupported("copy.deepcopy(Tensor)", "use x.clone()")
+
+    def __copy__(self) -> Any:
+        raise unsupported("copy.copy(Tensor)", "use x.clone() or x.view_as(x)")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise unsupported("pickling a Tensor", "pickle outside the compiled function")
+
+    def __pos__(self) -> Any:
+        return self.positive()
+
     def item(self) -> Any:
         raise unsupported("Tensor.item", "reading tensor data is data-dependent; keep the value a tensor")
 
@@ -217,8 +241,18 @@ class TensorProxy(Proxy):
     def __torch_function__(cls, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None):
         return HOOKS.dispatch_torch(func, args, kwargs or {})
 
-    def __repr__(self) -> str:
-        return f'<TensorProxy {self.name}: "{self.type_string()}">'
+
+def _data_dependent(protocol: str) -> Callable:
+    def method(self: TensorProxy, *args: Any) -> Any:
+        raise unsupported(f"{protocol} of a Tensor", "reading tensor data is data-dependent; keep the value a tensor")
+
+    return method
+
+
+for _name, _protocol in (("__index__", "index()"), ("__int__", "int()"), ("__float__", "float()"),
+                         ("__complex__", "complex()"), ("__contains__", "`in`"), ("__array__", "numpy conversion"),
+                         ("__dlpack__", "DLPack export")):  # fmt: skip
+    setattr(TensorProxy, _name, _data_dependent(_protocol))
 
 
 class NumberProxy(Proxy, torch.SymInt):
@@ -285,6 +319,15 @@ class NumberProxy(Proxy, torch.SymInt):
             return f"<NumberProxy {self.name}: {self.type_string()}>"
         return repr(self._value("repr", "repr() needs a concrete value"))
 
+    def __copy__(self) -> NumberProxy:
+        return self  # numbers are immutable
+
+    def __deepcopy__(self, memo: dict) -> NumberProxy:
+        return self
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise unsupported("pickling a symbolic number", "pickle outside the compiled function")
+
     def _value(self, op: str, reason: str) -> Any:
         """The concrete value, as its Python type (a guard pins it)."""
         value = self._pin(op, reason)
@@ -330,12 +373,19 @@ class SymSize(tuple):
     __rmul__ = __mul__
 
     def __repr__(self) -> str:
-        return f"torch.Size([{', '.join(repr(d) for d in self)}])"
+        sizes = (d._value("repr", "repr() of a shape needs its sizes") if type(d) is NumberProxy else d for d in self)
+        return f"torch.Size([{', '.join(repr(d) for d in sizes)}])"
 
     __str__ = __repr__
 
     def __format__(self, spec: str) -> str:
         return format(repr(self), spec)
+
+    def __copy__(self) -> SymSize:
+        return self  # immutable, of immutable sizes
+
+    def __deepcopy__(self, memo: dict) -> SymSize:
+        return self
 
     def __reduce__(self) -> tuple:
         raise unsupported("pickling a shape", "pickle outside the compiled function")
