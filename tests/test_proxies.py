@@ -51,13 +51,21 @@ def test_int_and_index_pin_with_an_equality_guard():
     assert guards(cfn) == ["x.shape[0] == 4"]
 
 
-def test_true_division_of_a_symbolic_int_stays_symbolic_and_float_functions_pin():
+def test_true_division_square_roots_and_float_powers_of_sizes_stay_symbolic():
     def f(x):
         return x / math.sqrt(x.shape[-1]) + x.shape[0] / 2 + x.shape[1] ** -0.5
 
-    cfn = sweep(f, [[(2, 4)], [(2, 4)], [(3, 4)], [(3, 5)]])
-    assert counts(cfn) == (2, 2)
-    assert sorted(guards(cfn)) == ["x.shape[1] == 5"]  # x.shape[0] / 2 is a float expression over x.shape[0]
+    cfn = sweep(f, [[(2, 4)], [(2, 4)], [(3, 4)], [(3, 5)], [(3, 1)]])
+    assert counts(cfn) == (1, 4)
+    assert sorted(guards(cfn)) == ["x.shape[1] != 0"]  # 0 ** -0.5 raises ZeroDivisionError
+    assert "math.sqrt((s1))" in str(specengine.last_traces(cfn)[-1])
+
+    def g(x):
+        return x * math.log(x.shape[0])  # other math functions need a real float: the size is pinned
+
+    cfn = sweep(g, [[(2,)], [(3,)], [(3,)]])
+    assert counts(cfn) == (2, 1)
+    assert guards(cfn) == ["x.shape[0] == 3"]
 
 
 def test_integer_power_stays_symbolic():

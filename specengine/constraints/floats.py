@@ -39,8 +39,8 @@ def same_value(v: Any, c: float) -> bool:
 
 @dataclass(frozen=True)
 class FloatExpr:
-    """`op` is "sym" (args: name), "const" (args: number), "int" (args: an int Expr), "neg", an arithmetic
-    operator or a relation (args: two FloatExprs), "not" (args: a boolean FloatExpr), or "same" (args: a
+    """`op` is "sym" (args: name), "const" (args: number), "int" (args: an int Expr), "neg" or "sqrt" (args: a
+    FloatExpr), an arithmetic operator or a relation (args: two FloatExprs), "not" (args: a boolean FloatExpr), or "same" (args: a
     FloatExpr and the `float.hex()` of a constant: the value is exactly that float). Relations, "not" and
     "same" are boolean."""
 
@@ -75,6 +75,8 @@ class FloatExpr:
             return -self.args[0].eval(env)
         if self.op == "not":
             return not self.args[0].eval(env)
+        if self.op == "sqrt":
+            return math.sqrt(self.args[0].eval(env))
         if self.op == "same":
             return same_value(self.args[0].eval(env), float.fromhex(self.args[1]))
         fn = _ARITH.get(self.op) or _RELS[self.op]
@@ -91,6 +93,8 @@ class FloatExpr:
             return f"(-{self.args[0].to_python(name)})"
         if self.op == "not":
             return f"not ({self.args[0].to_python(name)})"
+        if self.op == "sqrt":
+            return f"math.sqrt({self.args[0].to_python(name)})"
         if self.op == "same":
             return _same_python(self.args[0].to_python(name), float.fromhex(self.args[1]))
         a, b = (x.to_python(name) for x in self.args)
@@ -126,6 +130,8 @@ class FloatExpr:
             return -self.args[0].to_z3(env)
         if self.op == "not":
             return z3.Not(self.args[0].to_z3(env))
+        if self.op == "sqrt":
+            raise z3.Z3Exception("square roots are not translated")
         if self.op == "same":
             c = float.fromhex(self.args[1])
             if c == 0 or not math.isfinite(c):
@@ -183,3 +189,8 @@ def int_comparison(op: str, c: float) -> bool | tuple[str, int]:
         return op, int(c)
     lo = math.floor(c)  # lo < c < lo + 1
     return {"==": False, "!=": True, "<": ("<=", lo), "<=": ("<=", lo), ">": (">", lo), ">=": (">", lo)}[op]
+
+
+def sqrt(x: Any) -> FloatExpr:
+    """`math.sqrt(x)` (the caller has decided that `x` is not negative)."""
+    return FloatExpr("sqrt", (as_float_expr(x),))

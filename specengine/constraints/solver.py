@@ -387,11 +387,17 @@ def _z3_any(e: Any, env: dict) -> Any:
 
 
 def with_float_guards(solution: Solution, constraints: list[Constraint]) -> Solution:
-    """`solution` plus guards on symbolic floats (each a predicate recorded while tracing)."""
-    if not constraints:
+    """`solution` plus guards on symbolic floats (each a predicate recorded while tracing).
+
+    Each is folded with the solution (pinned sizes become constants, equal sizes their representative): one left
+    without symbols held at the hints, so it holds for every input the other guards accept, and is dropped.
+    """
+    folded = [replace(c, expr=solution.fold(c.expr)) for c in constraints]
+    folded = [c for c in folded if c.expr.free_symbols()]
+    if not folded:
         return solution
-    return replace(solution, guards=solution.guards + tuple(constraints),
-                   key=solution.key | frozenset(c.expr for c in constraints))  # fmt: skip
+    return replace(solution, guards=solution.guards + tuple(folded),
+                   key=solution.key | frozenset(c.expr for c in folded))  # fmt: skip
 
 
 def subsumes(new: Solution, old: Solution, timeout_ms: int = 2000) -> bool:

@@ -13,8 +13,9 @@ import operator
 from collections.abc import Sequence
 from typing import Any, Callable
 
+from specengine.constraints import expr as E
 from specengine.constraints import floats
-from specengine.trace import context
+from specengine.trace import context, proxies
 from specengine.trace.proxies import NumberProxy, _prims
 
 _PY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv, "%": operator.mod,
@@ -95,12 +96,22 @@ def truediv(a: Any, b: Any) -> Any:
         return NotImplemented
     a, b = _ints(a, b)
     message = "float division by zero" if float in (ka, kb) else "division by zero"
-    nonzero = compare("!=", b, 0.0 if kb is float else 0) if type(b) is NumberProxy else b != 0
-    if not nonzero:
+    if not (_nonzero(b) if type(b) is NumberProxy else b != 0):
         raise ZeroDivisionError(message)
     if type(a) is not NumberProxy and type(b) is not NumberProxy:
         return a / b
     return float_result("/", a, b)
+
+
+def _nonzero(b: NumberProxy) -> bool:
+    """Decide `b != 0`: on the int inside where `b` is an int, a float of an int or its square root (z3 and the
+    ranges reason about those), else as a float predicate."""
+    e = b.expr
+    while isinstance(e, floats.FloatExpr) and e.op in ("sqrt", "int"):
+        e = e.args[0]
+    if isinstance(e, E.Expr) and not e.is_bool:
+        return context.require().decide(E.ne(e, 0), "truediv", "division by zero check")
+    return bool(compare("!=", b, 0.0 if b.python_type is float else 0))
 
 
 def _power_of_two_mask(c: int) -> bool:
@@ -167,15 +178,40 @@ def power(a: Any, b: Any, mod: Any = None) -> Any:
         return NotImplemented
     if mod is not None:
         return _modular_power(a, b, mod)
-    if float in (ka, kb):
+    if float in (ka, kb) and not (ka is int and type(b) is float):
         if (ka is float and type(a) is NumberProxy) or (kb is float and type(b) is NumberProxy) or kb is int:
             return float_result("**", a, b)
-        return concrete(a) ** concrete(b)  # (-8) ** (1/3) is complex: a float power of a symbolic int is pinned
+        return concrete(a) ** concrete(b)
     a, b = _ints(a, b)
+    if type(b) is float or kind(b) is float:
+        return _int_to_float_power(a, b)
     b = concrete(b)  # the exponent decides the result's type (a negative one makes a float)
     if b >= 0 and type(a) is NumberProxy:
         return math.prod([a] * b, start=1)
     return concrete(a) ** b
+
+
+def _int_to_float_power(a: Any, b: float) -> Any:
+    """`n ** 0.5`: a float where `n >= 0` (a guard, implied for sizes); a negative base gives a complex: pinned."""
+    if type(a) is not NumberProxy:
+        return a**b
+    if b < 0 and not (a != 0):
+        raise ZeroDivisionError("0.0 cannot be raised to a negative power")
+    if b.is_integer() or a >= 0:
+        return float_result("**", a, b)
+    return concrete(a) ** b
+
+
+def sqrt(x: Any) -> Any:
+    """`math.sqrt` while tracing: symbolic for a symbolic number (a negative one raises eager's ValueError)."""
+    if type(x) is not NumberProxy or x.python_type is bool:
+        return _REAL_SQRT(x)
+    if x < 0:  # a guard (implied for sizes); NaN is not negative: math.sqrt(nan) is nan
+        raise ValueError("math domain error")
+    return NumberProxy(context.require().names.fresh("f"), floats.sqrt(x.expr), math.sqrt(x.hint), float)
+
+
+_REAL_SQRT = math.sqrt
 
 
 def _modular_power(a: Any, b: Any, m: Any) -> Any:
@@ -305,3 +341,4 @@ def _install_pinning_fallbacks() -> None:
 _install_arithmetic()
 _install_int_attributes()
 _install_pinning_fallbacks()
+proxies.add_tracing_patch(math, "sqrt", sqrt)

@@ -430,6 +430,13 @@ _ORIGINALS = {"isinstance": builtins.isinstance, "broadcast_shapes": torch.broad
 _TRACING_PATCHES = ((builtins, "isinstance", _traced_isinstance), (torch, "broadcast_shapes", _broadcast_shapes))
 
 
+def add_tracing_patch(owner: Any, name: str, hook: Callable) -> None:
+    """Swap `owner.name` for `hook` while any trace runs (see `tensor_isinstance`)."""
+    global _TRACING_PATCHES
+    _ORIGINALS[name] = getattr(owner, name)
+    _TRACING_PATCHES = (*_TRACING_PATCHES, (owner, name, hook))
+
+
 def value_expr(x: Any) -> E.Expr:
     """The symbolic int expression of an int, bool or NumberProxy."""
     if isinstance(x, NumberProxy):

@@ -16,6 +16,7 @@ from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy
 from specengine.trace.symbol import BoundSymbol, Symbol, tree_leaves
 
 HEADER = (
+    "import math\n"
     "import operator\n"
     "import torch\n"
     "from specengine.ops import prims, ltorch\n"
@@ -28,12 +29,13 @@ DEL = Symbol("del", "", pure=False)  # prints as `del a, b`: frees values after 
 
 def trace_globals() -> dict[str, Any]:
     """The globals a printed trace runs with (the same names HEADER imports)."""
+    import math
     import operator
 
     from specengine.executors import torchex
     from specengine.ops import ltorch, prims
 
-    return {"operator": operator, "torch": torch, "prims": prims, "ltorch": ltorch, "tex": torchex}
+    return {"math": math, "operator": operator, "torch": torch, "prims": prims, "ltorch": ltorch, "tex": torchex}
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,6 +90,8 @@ def format_value(x: Any) -> str:
         return f"torch.device({str(x)!r})"
     if isinstance(x, float) and not math.isfinite(x):
         return f"float({str(x)!r})"
+    if type(x) is complex:  # (a repr like (inf+1j) is not Python)
+        return f"complex({format_value(x.real)}, {format_value(x.imag)})"
     if isinstance(x, tuple) and type(x).__module__ == "torch.return_types":
         return f"torch.return_types.{type(x).__name__}(({', '.join(format_value(v) for v in x)},))"
     if isinstance(x, tuple):
