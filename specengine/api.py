@@ -252,13 +252,13 @@ def _computation_stage(cleaned: Trace, decider: Decider, specs: InputSpecs,
 
 
 def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: Trace, uses_default_dtype: bool,
-                    contiguous: set[str], objects: list[str]) -> tuple[Prologue, list]:  # fmt: skip
+                    contiguous: set[str], objects: list[str], reads: tuple = ()) -> tuple[Prologue, list]:  # fmt: skip
     name = function_name(fn)
     returns = [format_value(p) for p in final.params] + objects  # then the caller's objects that outputs update
     symbols = {p.name for p in final.params if isinstance(p, NumberProxy)}
     default_dtype = torch.get_default_dtype() if uses_default_dtype else None
     return build_prologue(name, specs, solution, returns, symbols, torch.is_grad_enabled(), default_dtype,
-                          contiguous)  # fmt: skip
+                          contiguous, reads)  # fmt: skip
 
 
 def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
@@ -275,20 +275,22 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     else:
         raise SpecEngineError("internal error: module attributes kept being promoted")
     uses_default_dtype, plan = state.uses_default_dtype, state.output_plan
+    reads = tuple(sorted(state.global_reads.items(), key=repr))  # global torch settings the trace read
     times["trace"] = time.perf_counter()
     solution, computation, contiguous = _computation_stage(traces[-1], decider, specs, options)
     check_marks(specs, solution)
+    contiguous |= state.contiguous_inputs
     traces += computation
     times["solve"] = time.perf_counter()
     objects = plan.objects if plan is not None else []
-    prologue, guards = _prologue_stage(fn, specs, solution, traces[-1], uses_default_dtype, contiguous, objects)
+    prologue, guards = _prologue_stage(fn, specs, solution, traces[-1], uses_default_dtype, contiguous, objects, reads)
     entry_fn = traces[-1].python_callable()
     if plan is not None:  # outputs of their own type (ModelOutput, a cache), inputs the function changed
         entry_fn = plan.wrap(entry_fn, len(traces[-1].params))
     entry_fn = with_writes(entry_fn, specs.writes)
     times["codegen"] = time.perf_counter()
     key = (_static_key(specs), solution.key, torch.is_grad_enabled(), uses_default_dtype and torch.get_default_dtype(),
-           _autocast_state())  # fmt: skip
+           _autocast_state(), reads)  # fmt: skip
     stats = _stats(times, decider, solution)
     index = build_index_key(function_name(fn), specs, dict(solution.pinned))
     traces_log.info("final computation of %s:\n%s", function_name(fn), traces[-1])

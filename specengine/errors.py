@@ -16,6 +16,11 @@ class UnsupportedOpError(SpecEngineError):
     def __init__(self, op: str, where: str, hint: str):
         self.op, self.where, self.hint = op, where, hint
         super().__init__(f"{op} is not supported by specengine (at {where}): {hint}")
+        from specengine.trace import context
+
+        state = context.current()
+        if state is not None:
+            state.note_refusal(self)  # a handler in the traced function must not swallow it
 
 
 class ConstraintViolationError(SpecEngineError):

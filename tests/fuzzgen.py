@@ -27,7 +27,14 @@ FLOATS = (0.5, 2.0, -1.5, 1.0)
 UNARY = ("tanh", "neg", "abs", "sigmoid", "exp", "relu")
 REDUCE = ("sum", "mean", "amax")
 KINDS = ("unary", "scalar", "int_scalar", "float_scalar", "binary", "reduce", "matmul", "reshape", "slice",
-         "branch_shape", "branch_int", "loop", "int_var", "inplace", "container", "isinstance_branch")  # fmt: skip
+         "branch_shape", "branch_int", "loop", "int_var", "inplace", "container", "isinstance_branch",
+         "try_op", "grad_block")  # fmt: skip
+GRAD_MODES = (
+    "torch.no_grad()",
+    "torch.enable_grad()",
+    "torch.set_grad_enabled(False)",
+    "torch.set_grad_enabled({n} > 0)",
+)
 
 
 class RandomChooser:
@@ -89,6 +96,12 @@ class Program:
     outputs: tuple[str, ...]
 
     @property
+    def grad_ok(self) -> bool:
+        """Programs with grad-mode blocks are called with inputs that require grad (unless they mutate inputs)."""
+        kinds = {step.kind for step in self.steps}
+        return "grad_block" in kinds and "inplace" not in kinds
+
+    @property
     def params(self) -> list[str]:
         return ([f"x{i}" for i in range(len(self.tensors))] + [f"n{i}" for i in range(self.n_ints)]
                 + [f"f{i}" for i in range(self.n_floats)])  # fmt: skip
@@ -115,15 +128,18 @@ class Call:
     dtypes: tuple[torch.dtype, ...]
     ints: tuple[int, ...]
     floats: tuple[float, ...]
+    grad: bool = False  # the tensors require grad (outputs' requires_grad and the gradients are compared)
 
     def inputs(self, seed: int) -> list:
         g = torch.Generator().manual_seed(seed)
-        tensors = [torch.randn(s, generator=g, dtype=d) for s, d in zip(self.shapes, self.dtypes)]
+        tensors = [torch.randn(s, generator=g, dtype=d).requires_grad_(self.grad)
+                   for s, d in zip(self.shapes, self.dtypes)]  # fmt: skip
         return [*tensors, *self.ints, *self.floats]
 
     def __str__(self) -> str:
         shapes = ", ".join(f"{tuple(s)}:{str(d).removeprefix('torch.')}" for s, d in zip(self.shapes, self.dtypes))
-        return f"tensors [{shapes}] ints {list(self.ints)} floats {list(self.floats)}"
+        grad = " requires_grad" if self.grad else ""
+        return f"tensors [{shapes}]{grad} ints {list(self.ints)} floats {list(self.floats)}"
 
 
 def broadcast(a: tuple, b: tuple, fresh: Callable[[], str]) -> tuple:
@@ -345,6 +361,32 @@ class Gen:
         self.add("int_var", [f"{m} = {self.int_expr()}"])
         self.ints.append(m)
 
+    def try_op(self) -> None:
+        """A may-raise op (a broadcast, a reshape, a view, narrow, an index, a matmul) inside try/except: its checks
+        on the sizes must be guarded both ways. Both arms give a 0-d result."""
+        x, o = self.tensor(), self.out()
+        t, y = self.values[x], self.ch.choice(list(self.values))
+        inputs = [n for n in self.values if n.startswith("x")]
+        forms = ["binary", "reshape", "matmul"] + (["narrow", "index"] if t else []) + (["view"] if x in inputs else [])
+        k, i = self.ch.choice((2, 3, 1)), self.int_atom() if self.ch.chance(0.5) else self.ch.choice(("0", "1", "-1"))
+        op = {"binary": f"({x} {self.ch.choice(('+', '*', '-'))} {y})", "reshape": f"{x}.reshape(-1, {k})",
+              "view": f"{x}.view(-1, {k})", "narrow": f"{x}.narrow(0, {i}, {k})", "index": f"{x}[{i}]",
+              "matmul": f"({x} @ {y})" if t and self.values[y] else f"({x} + {y})"}[self.ch.choice(forms)]  # fmt: skip
+        caught = self.ch.choice(("RuntimeError", "(RuntimeError, IndexError)", "Exception", "IndexError"))
+        lines = ["try:", f"    {o} = {op}.sum()", f"except {caught}:", f"    {o} = {x}.sum() * 2"]
+        if self.ch.chance(0.3):
+            lines[2:2] = ["    if 0 > 1:", "        raise ValueError"]  # an explicit raise nearby
+        self.add("try_op", lines, o, ())
+
+    def grad_block(self) -> None:
+        """Ops under a grad-mode change (inputs of some calls require grad: outputs and gradients are compared)."""
+        x, o = self.tensor(), self.out()
+        mode = self.ch.choice(GRAD_MODES).format(n=self.ch.choice(self.ints) if self.ints else "1")
+        body = self.same_shape(x)
+        if self.ch.chance(0.3):
+            body = f"{body} if torch.is_grad_enabled() else {x} - 1"
+        self.add("grad_block", [f"with {mode}:", f"    {o} = {body}", f"{o} = {o} + {x}"], o, self.values[x])
+
     def inplace(self) -> None:
         x = self.tensor()
         op = self.ch.choice(("add_", "mul_", "sub_", "div_"))
@@ -445,10 +487,11 @@ def gen_calls(ch: Any, program: Program, max_calls: int = 7) -> tuple[Call, ...]
         dtypes = [dtype if not ch.chance(0.1) else ch.choice((torch.float32, torch.float64)) for _ in shapes]
         ints = tuple(ch.choice(INTS) for _ in range(program.n_ints))
         floats = tuple(ch.choice(FLOATS) for _ in range(program.n_floats))
-        calls.append(Call(tuple(tuple(s) for s in shapes), tuple(dtypes), ints, floats))
+        grad = program.grad_ok and ch.chance(0.5)
+        calls.append(Call(tuple(tuple(s) for s in shapes), tuple(dtypes), ints, floats, grad))
     return tuple(calls)
 
 
 def _flip_dtypes(call: Call) -> Call:
     flip = {torch.float32: torch.float64, torch.float64: torch.float32}
-    return Call(call.shapes, tuple(flip[d] for d in call.dtypes), call.ints, call.floats)
+    return Call(call.shapes, tuple(flip[d] for d in call.dtypes), call.ints, call.floats, call.grad)

@@ -52,18 +52,33 @@ class Outcome:
     out: Any = None
     exc: BaseException | None = None
     args: list = field(default_factory=list)  # the inputs after the call (in-place ops mutate them)
+    grads: tuple = ((), ())  # requires_grad of the output tensors, gradients with respect to the inputs
 
 
 def clone(values: list) -> list:
-    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+    return [v.detach().clone().requires_grad_(v.requires_grad) if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def call_once(fn: Any, inputs: list) -> Outcome:
     args = clone(inputs)
     try:
-        return Outcome(fn(*args), None, args)
+        out = fn(*args)
     except Exception as e:  # noqa: BLE001 - the exception is the outcome
         return Outcome(None, e, args)
+    return Outcome(out, None, args, _grads(out, args))
+
+
+def _grads(out: Any, args: list) -> tuple:
+    """requires_grad of each output tensor, and the gradients of the outputs' sum with respect to the inputs."""
+    leaves = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    flags = tuple(t.requires_grad for t in leaves)
+    wrt = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    losses = [t.sum() for t in leaves if t.requires_grad]
+    if not losses or not wrt:
+        return flags, ()
+    with torch.enable_grad():
+        grads = torch.autograd.grad(sum(losses), wrt, allow_unused=True)
+    return flags, tuple(g.detach() if g is not None else None for g in grads)
 
 
 @contextmanager
@@ -110,6 +125,9 @@ def compare(expected: Outcome, got: Outcome) -> tuple[str, str] | None:
     try:
         torch.testing.assert_close(got.out, expected.out, equal_nan=True)
         torch.testing.assert_close(got.args, expected.args, equal_nan=True)
+        if got.grads[0] != expected.grads[0]:
+            return "wrong", f"requires_grad of the outputs {got.grads[0]}, eager {expected.grads[0]}"
+        torch.testing.assert_close(got.grads[1], expected.grads[1], equal_nan=True)
     except (AssertionError, TypeError, RuntimeError) as ex:
         return "wrong", f"outputs differ: {ex}"
     return None

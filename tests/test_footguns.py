@@ -7,15 +7,18 @@ Sections belong to the classes of issue 11; helpers add their own sections.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from helpers import counts, sweep
 
 import specengine
+from specengine import UnsupportedOpError
 
 # ===============================================================================================================
 # Numbers (issue 11, classes 1-4): floats, hashing and containers, int protocols, type queries
@@ -1009,3 +1012,440 @@ def test_a_global_read_by_a_module_method_is_guarded():
     finally:
         FACTOR = 2
     assert counts(cfn) == (2, 2)
+
+
+# ===============================================================================================================
+# Torch state and exceptions (issue 11, classes 6 and 7): grad mode, autocast, random state, global settings read
+# or changed inside the function; exceptions caught inside the function
+# ===============================================================================================================
+
+
+def _inputs(args: list, grad: bool) -> list:
+    return [a.detach().clone().requires_grad_(grad and a.is_floating_point()) if isinstance(a, torch.Tensor) else a
+            for a in args]  # fmt: skip
+
+
+def _same_eager(fn, cfn, *args, grad: bool = True):
+    """Run eager and compiled on copies of `args`; compare outputs, dtypes, requires_grad and input gradients."""
+    ea, ca = _inputs(list(args), grad), _inputs(list(args), grad)
+    expected, got = fn(*ea), cfn(*ca)
+    outs = list(zip(torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(got)))
+    for e, g in outs:
+        assert g.dtype == e.dtype and g.requires_grad == e.requires_grad, (g, e)
+        torch.testing.assert_close(g, e, equal_nan=True)
+    with torch.enable_grad():
+        for which in (0, 1):
+            losses = [o[which].float().sum() for o in outs if o[which].requires_grad]
+            if losses:
+                sum(losses).backward()
+    for e, g in zip(ea, ca):
+        if isinstance(e, torch.Tensor) and e.requires_grad:
+            torch.testing.assert_close(g.grad, e.grad)
+    return got
+
+
+def test_no_grad_block_is_replayed():
+    def f(x):
+        with torch.no_grad():
+            y = x * 2
+        return y * x
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (2, 0, 1):
+        _same_eager(f, cfn, torch.randn(n))
+    assert counts(cfn) == (1, 2)
+    with torch.no_grad():  # the entry was traced with grad enabled at the call: it must not serve this
+        _same_eager(f, cfn, torch.randn(2))
+    assert counts(cfn) == (2, 2)
+    assert torch.is_grad_enabled()
+
+
+def test_enable_grad_inside_a_no_grad_call():
+    def f(x):
+        with torch.enable_grad():
+            y = x * x
+        return y, x + 1
+
+    cfn = specengine.compile(f, dynamic=True)
+    with torch.no_grad():
+        _same_eager(f, cfn, torch.randn(2))
+    _same_eager(f, cfn, torch.randn(1))  # grad enabled at the call: another entry
+    with torch.no_grad():
+        _same_eager(f, cfn, torch.randn(0))
+    assert counts(cfn) == (2, 1)
+
+
+def test_set_grad_enabled_flag_and_bare_call():
+    def f(x, flag):
+        with torch.set_grad_enabled(flag):
+            y = x.sin()
+        return y + x
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n, flag in ((2, False), (1, True), (0, False), (2, True)):
+        _same_eager(f, cfn, torch.randn(n), flag)
+    assert counts(cfn) == (2, 2)
+
+    def g(x):
+        torch.set_grad_enabled(False)  # left disabled on return, as eager leaves it
+        return x * 2
+
+    cg = specengine.compile(g, dynamic=True)
+    try:
+        x = torch.randn(2, requires_grad=True)
+        assert not cg(x).requires_grad and not torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def test_no_grad_decorator_on_the_compiled_function():
+    @torch.no_grad()
+    def f(x):
+        return x * 3
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (0, 1, 2):
+        _same_eager(f, cfn, torch.randn(n))
+    assert counts(cfn) == (1, 2)
+
+
+def test_inference_mode_inside_is_refused_outside_works():
+    def f(x):
+        with torch.inference_mode():
+            return x * 2
+
+    cfn = specengine.compile(f, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match="inference_mode"):
+        cfn(torch.randn(2))
+    assert specengine.cache_entries(cfn) == []
+
+    def g(x):
+        return x * 2 if not torch.is_inference_mode_enabled() else x * 3
+
+    cg = specengine.compile(g, dynamic=True)
+    with torch.inference_mode():
+        assert torch.equal(cg(torch.ones(2)), torch.full((2,), 3.0))
+    assert torch.equal(cg(torch.ones(1)), torch.full((1,), 2.0))  # the read is guarded
+    assert counts(cg) == (2, 0)
+
+
+def test_grad_mode_restored_when_an_op_raises():
+    def f(x, y):
+        with torch.no_grad():
+            z = x + y  # unguarded broadcast: raises at run time for sizes that do not broadcast
+        return z
+
+    cfn = specengine.compile(f, dynamic=True)
+    cfn(torch.randn(2), torch.randn(2))
+    with pytest.raises(RuntimeError, match="must match"):
+        cfn(torch.randn(2), torch.randn(3))
+    assert torch.is_grad_enabled()
+    assert counts(cfn) == (1, 1)
+
+
+def test_autocast_block_dtypes_and_grads():
+    def f(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ w
+            z = torch.softmax(y, -1) + y
+        return z, z.float().sum(-1) + x.sum()
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (2, 1, 0):
+        _same_eager(f, cfn, torch.randn(n, 3), torch.randn(3, 4))
+    assert counts(cfn) == (1, 2)
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_autocast_at_the_call_and_inside_get_their_own_entries():
+    def f(x, w):
+        return F.linear(x, w).relu()
+
+    cfn = specengine.compile(f, dynamic=True)
+    _same_eager(f, cfn, torch.randn(2, 3), torch.randn(4, 3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _same_eager(f, cfn, torch.randn(1, 3), torch.randn(4, 3)).dtype == torch.bfloat16
+        _same_eager(f, cfn, torch.randn(0, 3), torch.randn(4, 3))
+    assert _same_eager(f, cfn, torch.randn(2, 3), torch.randn(4, 3)).dtype == torch.float32
+    assert counts(cfn) == (2, 2)
+
+
+def test_autocast_restored_when_an_op_raises():
+    def f(x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return (x @ x.T) + y
+
+    cfn = specengine.compile(f, dynamic=True)
+    cfn(torch.randn(2, 2), torch.randn(2))
+    with pytest.raises(RuntimeError):
+        cfn(torch.randn(2, 2), torch.randn(3))
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_manual_seed_is_replayed():
+    def f(x):
+        torch.manual_seed(7)
+        return F.dropout(x, 0.5)
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (8, 1, 0, 8):
+        x = torch.randn(n)
+        expected = f(x)
+        after_eager = torch.rand(3)
+        got = cfn(x)
+        assert torch.equal(got, expected) and torch.equal(torch.rand(3), after_eager)
+    assert counts(cfn) == (1, 3)
+
+
+def test_saved_and_restored_random_state_is_replayed():
+    def f(x):
+        saved = torch.get_rng_state()
+        torch.manual_seed(42)
+        y = F.dropout(x, 0.5)
+        torch.set_rng_state(saved)
+        return y
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (6, 1, 0, 6):
+        x = torch.randn(n)
+        torch.manual_seed(n)
+        expected, after_eager = f(x), torch.rand(2)
+        torch.manual_seed(n)
+        got, after = cfn(x), torch.rand(2)
+        assert torch.equal(got, expected) and torch.equal(after, after_eager)
+    assert counts(cfn) == (1, 3)
+
+
+def test_random_draws_and_setting_changes_are_refused():
+    def draw(x):
+        return x + torch.rand(3)
+
+    def seed_only(x):
+        torch.seed()
+        return x
+
+    def set_dtype(x):
+        torch.set_default_dtype(torch.float64)
+        return x
+
+    for fn in (draw, seed_only, set_dtype):
+        cfn = specengine.compile(fn, dynamic=True)
+        with pytest.raises(UnsupportedOpError):
+            cfn(torch.randn(3))
+        assert specengine.cache_entries(cfn) == []
+    assert torch.get_default_dtype() is torch.float32
+
+
+def test_default_dtype_read_is_guarded():
+    def f(x):
+        return x.to(torch.get_default_dtype()) * 2
+
+    cfn = specengine.compile(f, dynamic=True)
+    _same_eager(f, cfn, torch.randn(2))
+    try:
+        torch.set_default_dtype(torch.float64)
+        _same_eager(f, cfn, torch.randn(1))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    _same_eager(f, cfn, torch.randn(0))
+    assert counts(cfn) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("read", "set_on", "set_off"),
+    [
+        (torch.are_deterministic_algorithms_enabled, lambda: torch.use_deterministic_algorithms(True),
+         lambda: torch.use_deterministic_algorithms(False)),
+        (lambda: torch.get_float32_matmul_precision() == "high", lambda: torch.set_float32_matmul_precision("high"),
+         lambda: torch.set_float32_matmul_precision("highest")),
+    ],
+    ids=["deterministic", "matmul-precision"],
+)  # fmt: skip
+def test_settings_reads_are_guarded(read, set_on, set_off):
+    def f(x):
+        return x + 1 if read() else x - 1
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n, on in ((2, False), (1, True), (0, False), (2, True)):
+        try:
+            if on:
+                set_on()
+            _same_eager(f, cfn, torch.randn(n))
+        finally:
+            set_off()
+    assert counts(cfn) == (2, 2)
+
+
+def _broadcast_or(x, y):
+    try:
+        z = x + y
+    except RuntimeError:
+        z = x * 2
+    return z.sum(0, keepdim=True) + 1
+
+
+@pytest.mark.parametrize("first", [(2, 2), (2, 3)], ids=["broadcasts-first", "raises-first"])
+def test_try_around_a_broadcast_guards_both_ways(first):
+    cfn = specengine.compile(_broadcast_or, dynamic=True)
+    calls = [first, (1, 2), (0, 1), (2, 0), (3, 2), (0, 0), (1, 1)]
+    for n, m in calls:
+        _same_eager(_broadcast_or, cfn, torch.randn(n), torch.randn(m))
+    assert counts(cfn) == (2, 5)
+
+
+def test_broadcast_outside_a_try_stays_unguarded():
+    def f(x, y):
+        with torch.no_grad():  # a with block is not a handler
+            return x + y
+
+    cfn = specengine.compile(f, dynamic=True)
+    cfn(torch.randn(2), torch.randn(2))
+    assert [str(g) for g in specengine.last_guards(cfn)] == []
+
+
+def test_try_in_a_caller_frame_counts():
+    def add(x, y):
+        return x + y
+
+    def f(x, y):
+        try:
+            return add(x, y)
+        except RuntimeError:
+            return x
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n, m in ((2, 2), (2, 3), (1, 3), (0, 0)):
+        _same_eager(f, cfn, torch.randn(n), torch.randn(m))
+    assert counts(cfn) == (2, 2)
+
+
+def test_try_around_narrow_and_index():
+    def f(x, start, i):
+        try:
+            y = x.narrow(0, start, 2)
+        except (IndexError, RuntimeError):
+            y = x[:1]
+        try:
+            return y + x[i]
+        except IndexError:
+            return y
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n, start, i in ((4, 1, 0), (2, 1, 5), (4, 1, 0), (3, 1, 2), (1, 0, 0)):
+        _same_eager(f, cfn, torch.randn(n), start, i)
+    assert counts(cfn) == (3, 2)  # the checks are guards (not pins): (3, 1, 2) reuses the entry of (4, 1, 0)
+
+
+def test_try_around_view():
+    def f(x):
+        try:
+            return x.view(-1, 2)
+        except RuntimeError:
+            return x.reshape(1, -1)
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n, m in ((2, 2), (1, 2), (0, 2), (3, 3), (1, 3)):
+        _same_eager(f, cfn, torch.randn(n, m))
+    assert counts(cfn) == (2, 3)
+    with pytest.raises(UnsupportedOpError, match="view inside try"):  # whether it views depends on strides
+        cfn(torch.randn(2, 4).t())
+
+
+def test_contextlib_suppress_counts_as_a_handler():
+    def f(x, y):
+        z = x
+        with contextlib.suppress(RuntimeError):
+            z = x + y
+        return z
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n, m in ((2, 2), (2, 3), (1, 2), (0, 1)):
+        _same_eager(f, cfn, torch.randn(n), torch.randn(m))
+    assert counts(cfn) == (2, 2)
+
+
+def test_caught_unsupported_op_is_refused():
+    def f(x):
+        try:
+            return x * len(x.tolist())
+        except Exception:  # noqa: BLE001 - eager does not raise; the trace must not take this path
+            return x
+
+    cfn = specengine.compile(f, dynamic=True)
+    with pytest.raises(UnsupportedOpError):
+        cfn(torch.randn(2))
+    assert specengine.cache_entries(cfn) == []
+
+
+def test_fusion_regions_do_not_span_a_grad_mode_change():
+    from specengine.executors.nvfuser import NvFuserExecutor
+
+    def f(x):
+        a = x * 2
+        with torch.no_grad():
+            b = a + 1
+        return (a * b).relu()
+
+    cfn = specengine.compile(f, dynamic=True, executors=[NvFuserExecutor("reference"), "torch"])
+    for n in (3, 0, 1):
+        _same_eager(f, cfn, torch.randn(n), grad=False)  # (nvFuser declines ops that record autograd)
+    assert counts(cfn) == (1, 2)
+    names = [b.sym.print_name for b in specengine.last_traces(cfn)[-1].bsyms if b.sym.name != "del"]
+    assert names == ["nvfuser.fusion0", "tex.set_grad_enabled", "nvfuser.fusion1", "tex.set_grad_enabled",
+                     "nvfuser.fusion2"]  # fmt: skip
+
+
+def _finally_only(x, y):
+    try:
+        z = x + y
+    finally:
+        x = None
+    return z
+
+
+def _finally_inside_except(x, y):
+    try:
+        try:
+            z = x + y
+        finally:
+            x = x * 1
+    except RuntimeError:
+        z = x
+    return z
+
+
+def _inside_an_except_body(x, y):
+    try:
+        raise KeyError
+    except KeyError:
+        try:
+            z = x + y
+        except RuntimeError:
+            z = x
+    return z
+
+
+def _finally_returns(x, y):
+    z = x
+    try:
+        z = x + y
+    finally:
+        return z  # noqa: B012 - swallows the error
+
+
+@pytest.mark.parametrize(
+    ("fn", "observed"),
+    [(_finally_only, False), (_finally_inside_except, True), (_inside_an_except_body, True), (_finally_returns, True)],
+    ids=lambda v: getattr(v, "__name__", str(v)),
+)
+def test_which_handlers_observe_an_error(fn, observed):
+    cfn = specengine.compile(fn, dynamic=True)
+    _same_eager(fn, cfn, torch.randn(2), torch.randn(2), grad=False)
+    assert bool(specengine.last_guards(cfn)) == observed
+    if observed:
+        _same_eager(fn, cfn, torch.randn(2), torch.randn(3), grad=False)
+    else:  # eager raises for sizes that do not broadcast, and so does the computation
+        for f in (fn, cfn):
+            with pytest.raises(RuntimeError, match="must match"):
+                f(torch.randn(2), torch.randn(3))
+    assert counts(cfn) == ((1, 1) if not observed else (2, 0)), counts(cfn)

@@ -14,7 +14,7 @@ import torch
 from specengine.constraints import expr as E
 from specengine.ops import prims
 from specengine.ops.registry import torchop
-from specengine.ops.utils import decide, fmt_shape, hint, shape_arg
+from specengine.ops.utils import decide, example, fmt_shape, hint, shape_arg
 from specengine.trace import context
 from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, value_expr
 
@@ -76,7 +76,7 @@ def _size_exprs(sizes: tuple, op: str) -> tuple:
                             f"{type(s).__name__}")  # fmt: skip
         out.append(value_expr(s))
     if any(hint(e) < 0 for e in out):  # no guard: torch raises this at run time too
-        raise RuntimeError(f"Trying to create tensor with negative dimension {min(hint(e) for e in out)}: "
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(example(e) for e in out)}: "
                            f"{fmt_shape(out)}")  # fmt: skip
     return tuple(out)
 
@@ -279,7 +279,7 @@ def eye(n: Any, m: Any = None, *, dtype: torch.dtype | None = None, device: Any 
     rows, cols = (value_expr(v) for v in (n, n if m is None else m))
     for name, e in (("n", rows), ("m", cols)):
         if hint(e) < 0:  # no guard: torch raises this at run time too
-            raise RuntimeError(f"{name} must be greater or equal to 0, got {hint(e)}")
+            raise RuntimeError(f"{name} must be greater or equal to 0, got {example(e)}")
     dtype, device = dtype or _default_float(), _device(device)
     r = prims.broadcast_in_dim(iota(rows, 0, 1, torch.int64, device), (rows, cols), (0,))
     c = prims.broadcast_in_dim(iota(cols, 0, 1, torch.int64, device), (rows, cols), (1,))

@@ -27,6 +27,7 @@ from specengine.ops.utils import (
     canonical_dim,
     convert,
     decide,
+    example,
     expand_to,
     fmt_shape,
     hint,
@@ -112,7 +113,7 @@ def repeat(a: TensorProxy, *sizes: Any) -> TensorProxy:
     dims = (E.const(1),) * lead + a.dims
     out = tuple(E.mul(r, d) for r, d in zip(reps, dims))
     if any(hint(r) < 0 for r in reps):  # no guard: torch raises this at run time too
-        negative = next(hint(e) for e in out if hint(e) < 0)
+        negative = next(example(e) for e in out if example(e) < 0)
         raise RuntimeError(f"Trying to create tensor with negative dimension {negative}: {fmt_shape(out)}")
     pairs = tuple(x for r, d in zip(reps, dims) for x in (r, d))
     tiled = prims.broadcast_in_dim(a, pairs, tuple(2 * (lead + i) + 1 for i in range(a.ndim)))
@@ -143,7 +144,7 @@ def _pieces(a: TensorProxy, d: int, sizes: list) -> tuple:
 
 def _count(n: E.Expr, per: E.Expr, op: str) -> int:
     """How many pieces of `per` elements (the last one may be smaller) cover `n` > 0; guards keep it so."""
-    k = max(-(-hint(n) // hint(per)), 1)
+    k = max(-(-example(n) // example(per)), 1)
     decide(E.le(n, E.mul(per, k)), op, "the number of pieces depends on the size")
     if k > 1:
         decide(E.gt(n, E.mul(per, k - 1)), op, "the number of pieces depends on the size")
@@ -153,10 +154,12 @@ def _count(n: E.Expr, per: E.Expr, op: str) -> int:
 def _split_by_size(n: E.Expr, size: Any) -> list:
     s = value_expr(size)
     if not decide(E.ge(s, 0), "split", "is the split size non-negative"):
-        raise RuntimeError(f"split expects split_size be non-negative, but got split_size={hint(s)}")
+        raise RuntimeError(f"split expects split_size be non-negative, but got split_size={example(s)}")
     if not decide(E.ne(s, 0), "split", "is the split size 0"):
         if not decide(E.eq(n, 0), "split", "a split size of 0 needs an empty dim"):
-            raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got dimension size of {hint(n)}")
+            raise RuntimeError(
+                f"split_size can only be 0 if dimension size is 0, but got dimension size of {example(n)}"
+            )
         return [n]
     k = _count(n, s, "split")
     return [s] * (k - 1) + [E.sub(n, E.mul(s, k - 1))]
@@ -168,7 +171,7 @@ def _split_by_sections(n: E.Expr, sections: Any, d: int) -> list:
         raise RuntimeError("split_with_sizes expects split_sizes have only non-negative entries, but got "
                            f"split_sizes={fmt_shape(sizes)}")  # fmt: skip
     if not decide(E.eq(_sum(sizes), n), "split", "split sizes must add up to the size of the dim"):
-        raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {hint(n)} (input tensor's size "
+        raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {example(n)} (input tensor's size "
                            f"at dimension {d}), but got split_sizes={fmt_shape(sizes)}")  # fmt: skip
     return sizes
 
@@ -200,7 +203,7 @@ def chunk(a: TensorProxy, chunks: Any, dim: int = 0) -> tuple:
     d = canonical_dim(dim, a.ndim)
     n = a.dims[d]
     size = E.floordiv(E.add(n, c - 1), c)
-    k = c if hint(n) == 0 else -(-hint(n) // hint(size))
+    k = c if example(n) == 0 else -(-example(n) // example(size))
     if k == c:
         every = E.or_(E.eq(n, 0), E.gt(n, E.mul(size, c - 1)))
         decide(every, "chunk", "are there `chunks` pieces")
@@ -261,8 +264,8 @@ def cat(tensors: Any, dim: int = 0) -> TensorProxy:
         for j, (size, want) in enumerate(zip(x.dims, ref.dims)):
             if j != d and not decide(E.eq(size, want), "cat", "sizes must match except in the cat dim"):
                 raise RuntimeError(
-                    f"Sizes of tensors must match except in dimension {d}. Expected size {hint(want)} but got size "
-                    f"{hint(size)} for tensor number {i} in the list."
+                    f"Sizes of tensors must match except in dimension {d}. Expected size {example(want)} but got size "
+                    f"{example(size)} for tensor number {i} in the list."
                 )
     return cat_prim([convert(x, dtype) for _, x in kept], d)
 
@@ -306,15 +309,26 @@ def narrow(a: TensorProxy, dim: int, start: Any, length: Any) -> TensorProxy:
         raise unsupported("narrow with a tensor start", "reading tensor data is data-dependent; pass an int")
     d = canonical_dim(dim, a.ndim)
     n, s, length = a.dims[d], value_expr(start), value_expr(length)
-    hn, hs, hl = hint(n), hint(s), hint(length)
-    # no guards: the output has `length` elements wherever the arguments are valid; torch checks them at run time
-    if not -hn <= hs <= hn:
+    hn, hs, hl = example(n), example(s), example(length)
+    # no guards: the output has `length` elements wherever the arguments are valid; torch checks them at run time;
+    # where a handler in the function observes the checks, they are decided with guards
+    check = _narrow_checks(n, s, length) if context.require().may_raise() else (-hn <= hs <= hn, hl >= 0, None)
+    if not check[0]:
         raise IndexError(f"start out of range (expected to be in range of [{-hn}, {hn}], but got {hs})")
-    if hl < 0:
+    if not check[1]:
         raise RuntimeError("narrow(): length must be non-negative.")
-    if (hs + hn if hs < 0 else hs) + hl > hn:
+    if not (check[2] if check[2] is not None else (hs + hn if hs < 0 else hs) + hl <= hn):
         raise RuntimeError(f"start ({hs + hn if hs < 0 else hs}) + length ({hl}) exceeds dimension size ({hn}).")
     return narrow_prim(a, d, _wrap_start(s, n), length)
+
+
+def _narrow_checks(n: E.Expr, s: E.Expr, length: E.Expr) -> tuple:
+    if not decide(E.and_(E.le(E.neg(n), s), E.le(s, n)), "narrow", "start in range"):
+        return False, True, True
+    if not decide(E.ge(length, 0), "narrow", "length non-negative"):
+        return True, False, True
+    first = s if decide(E.ge(s, 0), "narrow", "is start non-negative") else E.add(s, n)
+    return True, True, decide(E.le(E.add(first, length), n), "narrow", "start + length within the dim")
 
 
 # The gather family. Out-of-range index values are data-dependent: the torch ops raise for them at run time.

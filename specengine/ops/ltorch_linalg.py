@@ -17,7 +17,7 @@ from specengine.constraints import expr as E
 from specengine.ops import prims
 from specengine.ops.ltorch_inplace import _type_name
 from specengine.ops.registry import torchop
-from specengine.ops.utils import convert, decide, expand_to, hint, meta_call
+from specengine.ops.utils import convert, decide, example, expand_to, hint, meta_call
 from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
 
 __all__ = ["mm", "bmm", "linear", "baddbmm", "einsum"]
@@ -46,7 +46,7 @@ def _no_bool(kernel: str, x: TensorProxy, sizes: tuple) -> None:
 
 
 def _sizes(x: TensorProxy) -> str:
-    return "x".join(str(hint(d)) for d in x.dims)
+    return "x".join(str(example(d)) for d in x.dims)
 
 
 def _broadcast_into(x: TensorProxy, dims: tuple) -> TensorProxy:
@@ -84,8 +84,8 @@ def _check_batched(a: TensorProxy, b: TensorProxy, op: str) -> None:
             raise RuntimeError(f"{name} must be a 3D tensor")
     batch = decide(E.eq(b.dims[0], a.dims[0]), op, "batch sizes must match")
     if not (batch and decide(E.eq(b.dims[1], a.dims[2]), op, "inner dims must match")):
-        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{hint(a.dims[0])}, "
-                           f"{hint(a.dims[2])}] but got: [{hint(b.dims[0])}, {hint(b.dims[1])}].")  # fmt: skip
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{example(a.dims[0])}, "
+                           f"{example(a.dims[2])}] but got: [{example(b.dims[0])}, {example(b.dims[1])}].")  # fmt: skip
 
 
 @torchop(torch.bmm, torch.Tensor.bmm, name="bmm", methods=("bmm",))
@@ -121,7 +121,7 @@ def linear(input: TensorProxy, weight: TensorProxy, bias: TensorProxy | None = N
     if input.ndim == 2 and weight.ndim == 2:
         if not decide(E.eq(input.dims[1], weight.dims[1]), "linear", "inner dims must match"):
             raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({_sizes(input)} and "
-                               f"{hint(weight.dims[1])}x{hint(weight.dims[0])})")  # fmt: skip
+                               f"{example(weight.dims[1])}x{example(weight.dims[0])})")  # fmt: skip
         out = prims.matmul(input, prims.permute(weight, (1, 0)))
     else:
         out = _ltorch().matmul(input, prims.permute(weight, (1, 0)) if weight.ndim == 2 else weight)
@@ -188,8 +188,8 @@ def _letter_sizes(inputs: list[str], operands: tuple) -> dict[str, E.Expr]:
             if decide(E.eq(n, 1), "einsum", "does the subscript broadcast"):
                 continue
             if not decide(E.eq(old, 1), "einsum", "does the subscript broadcast"):
-                raise RuntimeError(f"einsum(): subscript {c} has size {hint(n)} for operand {i} which does not "
-                                   f"broadcast with previously seen size {hint(old)}")  # fmt: skip
+                raise RuntimeError(f"einsum(): subscript {c} has size {example(n)} for operand {i} which does not "
+                                   f"broadcast with previously seen size {example(old)}")  # fmt: skip
             sizes[c] = n
     return sizes
 

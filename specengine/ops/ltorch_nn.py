@@ -16,7 +16,7 @@ from torch.nn import _reduction as reduction_enum
 from specengine.constraints import expr as E
 from specengine.ops import prims
 from specengine.ops.registry import torchop
-from specengine.ops.utils import broadcast_shapes, convert, decide, expand_to, fmt_shape, hint, meta_value
+from specengine.ops.utils import broadcast_shapes, convert, decide, example, expand_to, fmt_shape, hint, meta_value
 from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported, value_expr
 
 __all__ = [
@@ -268,10 +268,10 @@ def _group_norm(input: TensorProxy, num_groups: Any, weight: Any, bias: Any, eps
     if verify:
         _verify_batch_size(input, g)
     if not decide(E.gt(g, 0), "group_norm", "num_groups must be positive"):
-        raise RuntimeError(f"Expected num groups to be greater than 0, got {hint(g)}")
+        raise RuntimeError(f"Expected num groups to be greater than 0, got {example(g)}")
     if not decide(E.eq(E.mod(c, g), 0), "group_norm", "num_groups must divide the channels"):
         raise RuntimeError("Expected number of channels in input to be divisible by num_groups, but got input of "
-                           f"shape {fmt_shape(input.dims)} and num_groups={hint(g)}")  # fmt: skip
+                           f"shape {fmt_shape(input.dims)} and num_groups={example(g)}")  # fmt: skip
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and not (p.ndim == 1 and decide(E.eq(p.dims[0], c), "group_norm", f"{name} size is C")):
             raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of channels in input, "
@@ -358,9 +358,9 @@ def _check_sdpa(q: TensorProxy, k: TensorProxy, v: TensorProxy, mask: Any) -> No
 
 
 def _size_error(batch: tuple, want: E.Expr, got: E.Expr) -> RuntimeError:
-    b = hint(_numel(batch))
-    return RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{b}, {hint(want)}] but "
-                        f"got: [{b}, {hint(got)}].")  # fmt: skip
+    b = example(_numel(batch))
+    return RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{b}, {example(want)}] but "
+                        f"got: [{b}, {example(got)}].")  # fmt: skip
 
 
 def _sdpa_error(q: TensorProxy, k: TensorProxy, v: TensorProxy, mask: Any, dropout_p: float, is_causal: bool,
@@ -463,8 +463,8 @@ def _check_class_targets(input: TensorProxy, target: TensorProxy, weight: Any) -
     """nll_loss_nd's checks, in eager's order."""
     op, nd = "cross_entropy", input.ndim
     if nd != 1 and (target.ndim == 0 or not decide(E.eq(input.dims[0], target.dims[0]), op, "batch sizes match")):
-        got = hint(target.dims[0]) if target.ndim else 0
-        raise ValueError(f"Expected input batch_size ({hint(input.dims[0])}) to match target batch_size ({got}).")
+        got = example(target.dims[0]) if target.ndim else 0
+        raise ValueError(f"Expected input batch_size ({example(input.dims[0])}) to match target batch_size ({got}).")
     if nd <= 2 and target.ndim > 1:
         raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
     if nd > 2 and not _same_dims(target.dims[1:], input.dims[2:], op, "target matches the input's extra dims"):
@@ -473,11 +473,11 @@ def _check_class_targets(input: TensorProxy, target: TensorProxy, weight: Any) -
     if target.dtype not in (torch.int64, torch.uint8):
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_type_name(target.dtype)}")
     if nd == 1 and target.ndim == 1 and not decide(E.eq(target.dims[0], 1), op, "1D target of a 1D input"):
-        raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {hint(target.dims[0])}")
+        raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {example(target.dims[0])}")
     c = input.dims[0 if nd == 1 else 1]
     if weight is not None and not (weight.ndim == 1 and decide(E.eq(weight.dims[0], c), op, "weight size is C")):
         raise RuntimeError("weight tensor should be defined either for all or no classes" if nd > 2 else
-                           f"weight tensor should be defined either for all {hint(c)} classes or no classes but got "
+                           f"weight tensor should be defined either for all {example(c)} classes or no classes but got "
                            f"weight tensor of shape: {fmt_shape(weight.dims)}")  # fmt: skip
     if weight is not None and weight.dtype != input.dtype:
         raise RuntimeError(f"expected scalar type {_type_name(input.dtype)} but found {_type_name(weight.dtype)}")
@@ -542,7 +542,7 @@ def _ce_probs(input: TensorProxy, target: TensorProxy, weight: Any, ignore_index
     cdim = 0 if input.ndim == 1 else 1
     c, lt = input.dims[cdim], _ltorch()
     if weight is not None and not (weight.ndim == 1 and decide(E.eq(weight.dims[0], c), "cross_entropy", "C")):
-        raise RuntimeError(f"cross_entropy: weight tensor should be defined either for all {hint(c)} classes or no "
+        raise RuntimeError(f"cross_entropy: weight tensor should be defined either for all {example(c)} classes or no "
                            f"classes but got weight tensor of shape: {fmt_shape(weight.dims)}")  # fmt: skip
     if smoothing > 1:
         raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {smoothing:g}")

@@ -13,7 +13,8 @@ from specengine.constraints import expr as E
 from specengine.ops import prims
 from specengine.ops.ltorch_index import advanced_getitem
 from specengine.ops.registry import torchop
-from specengine.ops.utils import canonical_dim, decide, fmt_shape, hint, shape_arg
+from specengine.ops.utils import canonical_dim, decide, example, fmt_shape, shape_arg
+from specengine.trace import context
 from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, value_expr
 
 __all__ = ["view", "reshape", "permute", "transpose", "unsqueeze", "squeeze", "expand", "flatten", "getitem"]
@@ -44,23 +45,26 @@ def _infer_shape(a: TensorProxy, sizes: tuple, op: str) -> tuple:
     """torch's infer_size: resolve one -1 and check numel, with symbolic sizes."""
     exprs = _size_exprs(sizes, op)
     numel = _numel(a.dims)
-    wanted = "[" + ", ".join(str(hint(e)) for e in exprs) + "]"
+
+    def wanted() -> str:  # for error messages only
+        return "[" + ", ".join(str(example(e)) for e in exprs) + "]"
+
     unknown = [i for i, e in enumerate(exprs) if _is_minus_one(e, op)]
     if len(unknown) > 1:
         raise RuntimeError("only one dimension can be inferred")
     for i, e in enumerate(exprs):
         if i not in unknown and not decide(E.ge(e, 0), op, "sizes must be non-negative"):
-            raise RuntimeError(f"invalid shape dimension {hint(e)}")
+            raise RuntimeError(f"invalid shape dimension {example(e)}")
     if not unknown:
         if not decide(E.eq(numel, _numel(tuple(exprs))), op, "numel must be preserved"):
-            raise RuntimeError(f"shape '{wanted}' is invalid for input of size {hint(numel)}")
+            raise RuntimeError(f"shape '{wanted()}' is invalid for input of size {example(numel)}")
         return tuple(exprs)
     known = _numel(tuple(e for i, e in enumerate(exprs) if i not in unknown))
     if not decide(E.ne(known, 0), op, "-1 is ambiguous when the other sizes multiply to 0"):
-        raise RuntimeError(f"cannot reshape tensor of {hint(numel)} elements into shape {wanted} because the "
+        raise RuntimeError(f"cannot reshape tensor of {example(numel)} elements into shape {wanted()} because the "
                            "unspecified dimension size -1 can be any value and is ambiguous")  # fmt: skip
     if not decide(E.eq(E.mod(numel, known), 0), op, "-1 needs numel divisible by the other sizes"):
-        raise RuntimeError(f"shape '{wanted}' is invalid for input of size {hint(numel)}")
+        raise RuntimeError(f"shape '{wanted()}' is invalid for input of size {example(numel)}")
     exprs[unknown[0]] = E.floordiv(numel, known)
     return tuple(exprs)
 
@@ -69,7 +73,21 @@ def _infer_shape(a: TensorProxy, sizes: tuple, op: str) -> tuple:
 def view(a: TensorProxy, *shape: Any) -> TensorProxy:
     if len(shape) == 1 and isinstance(shape[0], torch.dtype):
         raise unsupported("Tensor.view(dtype)", "reinterpreting bits is not traced yet; use .to(dtype)")
+    _check_viewable(a)
     return prims.reshape(a, _infer_shape(a, shape_arg(shape), "view"))
+
+
+def _check_viewable(a: TensorProxy) -> None:
+    """Whether a view is possible depends on strides, which are not traced: the torch op raises at run time where it
+    is not. Where a handler in the function observes that, a contiguous input (the prologue checks its contiguity)
+    can be viewed whatever its sizes; anything else is refused."""
+    state = context.require()
+    if not state.may_raise():
+        return
+    if not state.input_contiguity.get(a.name, False):
+        raise unsupported("Tensor.view inside try", "whether the view is possible depends on strides, which "
+                          "specengine does not trace; use reshape, or call .contiguous() before the view")  # fmt: skip
+    state.contiguous_inputs.add(a.name)
 
 
 @torchop(torch.Tensor.reshape, torch.reshape, name="reshape", methods=("reshape",))
@@ -137,14 +155,14 @@ def expand(a: TensorProxy, *sizes: Any, implicit: bool = False) -> TensorProxy:
             out[offset + i] = d
         elif not decide(E.or_(E.eq(d, want), E.eq(d, 1)), "expand", f"dim {i} matches the size or is 1"):
             raise RuntimeError(
-                f"The expanded size of the tensor ({hint(want)}) must match the existing size ({hint(d)}) at "
+                f"The expanded size of the tensor ({example(want)}) must match the existing size ({example(d)}) at "
                 f"non-singleton dimension {offset + i}.  Target sizes: {fmt_shape(exprs)}.  "
                 f"Tensor sizes: {fmt_shape(a.dims)}"
             )
     for i, e in enumerate(out):
         if not decide(E.ge(e, 0), "expand", "sizes must be non-negative"):
             where = f"in a leading, non-existing dimension {i}" if i < offset else f"at dimension {i}"
-            raise RuntimeError(f"The expanded size of the tensor ({hint(e)}) isn't allowed {where}")
+            raise RuntimeError(f"The expanded size of the tensor ({example(e)}) isn't allowed {where}")
     return prims.broadcast_in_dim(a, tuple(out), tuple(range(offset, len(out))))
 
 
@@ -205,7 +223,7 @@ def _clamp_bound(b: Any, n: E.Expr, default: E.Expr) -> E.Expr:
 def _int_index(i: Any, n: E.Expr, dim: int) -> E.Expr:
     e = value_expr(i)
     if not (decide(E.lt(e, n), "getitem", "index in range") and decide(E.le(E.neg(e), n), "getitem", "index in range")):
-        raise IndexError(f"index {hint(e)} is out of bounds for dimension {dim} with size {hint(n)}")
+        raise IndexError(f"index {example(e)} is out of bounds for dimension {dim} with size {example(n)}")
     return e if decide(E.ge(e, 0), "getitem", "is the index non-negative") else E.add(e, n)
 
 

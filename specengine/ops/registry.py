@@ -77,6 +77,16 @@ def torchop(
     return deco
 
 
+_RANDOM = {getattr(ns, n) for ns, names in (
+    (torch, ("rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "bernoulli",
+             "multinomial", "normal", "poisson", "dropout", "alpha_dropout", "feature_dropout", "rrelu")),
+    (torch.Tensor, ("uniform_", "normal_", "bernoulli_", "random_", "exponential_", "geometric_", "cauchy_",
+                    "log_normal_", "bernoulli", "multinomial")),
+    (torch.nn.functional, ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
+                           "rrelu", "gumbel_softmax")),
+) for n in names if hasattr(ns, n)}  # fmt: skip
+
+
 def has_proxy(tree: Any) -> bool:
     return any(isinstance(x, Proxy) for x in tree_leaves(tree))
 
@@ -93,6 +103,11 @@ def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
         raise unsupported(f"{name} on a tensor closed over from outside",
                           "it would mutate the tensor only while tracing; pass the tensor as an argument")  # fmt: skip
     if func not in ALWAYS_TRACED and not has_proxy((args, kwargs)):
+        if func in _RANDOM:
+            name = torch.overrides.resolve_name(func) or repr(func)
+            raise unsupported(f"{name} without a traced argument", "it would draw once, while tracing, and the "
+                              "computation would reuse that tensor; draw it from a traced value (torch.rand_like(x)) or "
+                              "outside the compiled function")  # fmt: skip
         return func(*args, **kwargs)
     if sym is not None:
         return sym(*args, **kwargs)

@@ -22,14 +22,25 @@ def hint(e: Any) -> int:
 
     Reading it marks the op being recorded as one that may raise at run time (a check made on the example
     sizes only), so dead-code elimination keeps it and the torch op raises eager's error for other sizes.
+    Where an exception handler in the user's frames would observe the check (the op runs inside a `try`), the value
+    is pinned with a guard instead, so that the check goes the same way for every input the entry serves.
     """
     state = context.require()
-    state.may_raise()
-    return value_expr(e).eval(state.decider.hints)
+    e = value_expr(e)
+    if e.is_const or not state.may_raise():
+        return e.eval(state.decider.hints)
+    if e.is_bool:
+        return state.decide(e, "check", "an exception handler in the function observes this check")
+    return state.pin(e, "check", "an exception handler in the function observes this check")
+
+
+def example(e: Any) -> int:
+    """The example value, for an error message on a path that raises anyway (records nothing)."""
+    return value_expr(e).eval(context.require().decider.hints)
 
 
 def fmt_shape(dims: Sequence) -> str:
-    return "[" + ", ".join(str(hint(d)) for d in dims) + "]"
+    return "[" + ", ".join(str(example(d)) for d in dims) + "]"
 
 
 def canonical_dim(dim: Any, ndim: int) -> int:
@@ -74,17 +85,21 @@ def broadcast_pair(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
         return x
     if x.is_const and x.value == 1:
         return y
-    hx, hy = hint(x), hint(y)
-    if not (hx == hy or hx == 1 or hy == 1):
+    state = context.require()
+    hx, hy = x.eval(state.decider.hints), y.eval(state.decider.hints)
+    if state.may_raise():  # a handler observes whether they broadcast: decide it with a guard
+        ok = decide(E.or_(E.eq(x, y), E.eq(x, 1), E.eq(y, 1)), "broadcast", f"dims {index} broadcast")
+    else:  # unguarded: the op raises at run time where the sizes do not broadcast
+        ok = hx == hy or hx == 1 or hy == 1
+    if not ok:
         raise RuntimeError(
             f"The size of tensor a ({hx}) must match the size of tensor b ({hy}) at non-singleton dimension {index}"
         )
-    context.require().may_raise()  # unguarded: the op raises at run time where the sizes do not broadcast
     if x.is_const or y.is_const:
         return x if x.is_const else y  # a size other than 1 is the result wherever the pair is valid
     decider = context.require().decider
     for known, result in ((E.eq(x, y), x), (E.ne(x, 1), x), (E.ne(y, 1), y)):
-        if hint(known) and decider.implied(known, True):
+        if known.eval(decider.hints) and decider.implied(known, True):
             return result  # already decided: the broadcast needs no `if`
     if max(if_depth(x), if_depth(y)) >= _MAX_IF_DEPTH:
         return _decided_broadcast(x, y, index)  # keep sizes small: nested `if`s would grow with every layer

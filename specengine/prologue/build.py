@@ -188,7 +188,7 @@ def _read_symbols(st: _Steps, needed: set[str], pinned: dict[str, int]) -> None:
 
 def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: list[str], comp_symbols: set[str],
                    grad_enabled: bool, default_dtype: torch.dtype | None,
-                   contiguous: set[str] = frozenset()) -> tuple[Prologue, list[Guard]]:  # fmt: skip
+                   contiguous: set[str] = frozenset(), reads: tuple = ()) -> tuple[Prologue, list[Guard]]:  # fmt: skip
     """The prologue of one entry and its guards (printed over input names).
 
     Args:
@@ -200,6 +200,7 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
         grad_enabled: the grad mode the entry was traced under.
         default_dtype: the default dtype, if the trace depends on it.
         contiguous: input tensors (locals) whose contiguity an executor specialized on.
+        reads: global torch settings the trace read, `((getter name, args), value)` (see trace.torch_settings).
     """
     st = _Steps(specs)
     for p in specs.params:
@@ -226,6 +227,7 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
         values = tuple((src(s), s) for s in sorted(g.expr.free_symbols(), key=lambda s: E.sym(s).sort_key))
         st.check(_fail_source(g.expr), g.expr.to_python(src), *values, provenance=str(g.provenance))
     _global_state_checks(st, grad_enabled, default_dtype)
+    _settings_checks(st, reads)
     signature = signature_source(specs.signature, st.glb)
     return Prologue(name, st.steps, returns, st.glb, signature), guards
 
@@ -337,3 +339,13 @@ def _global_state_checks(st: _Steps, grad_enabled: bool, default_dtype: torch.dt
         expected = st.name(default_dtype, str(default_dtype).removeprefix("torch."))
         st.check(f"{getter}() is not {expected}", f"torch.get_default_dtype() is {default_dtype}",
                  ("torch.get_default_dtype()", f"{getter}()"))  # fmt: skip
+
+
+def _settings_checks(st: _Steps, reads: tuple) -> None:
+    """Global torch settings that the trace read keep the values it read (`torch.get_float32_matmul_precision()`)."""
+    for (name, args), value in reads:
+        getter = st.name(getattr(getattr(torch, name), "__wrapped__", getattr(torch, name)), name)
+        call = f"{getter}({', '.join(map(repr, args))})"
+        text = f"torch.{name}({', '.join(map(repr, args))})"
+        op = "is not" if isinstance(value, (bool, torch.dtype)) or value is None else "!="
+        st.check(f"{call} {op} {st.name(value, 'setting')}", f"{text} == {value!r}", (text, call))

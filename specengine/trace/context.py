@@ -44,6 +44,15 @@ class TraceState:
         self.raises: list[bool] = [False]  # per scope: whether an op recorded there may raise at run time
         self.uses_default_dtype = False
         self.output_plan = None  # objects.OutputPlan where the output is not plain or an input was changed
+        self.global_reads: dict[str, Any] = {}  # global torch state the function read (see effects.GETTERS)
+        self.caught: Exception | None = None  # an error of the engine that a handler in the function observes
+        self.suppressing = 0  # how many `contextlib.suppress` blocks are open
+        self.input_contiguity: dict[str, bool] = {}  # input tensor name -> contiguous in the example
+        self.contiguous_inputs: set[str] = set()  # inputs whose contiguity the trace relies on (the prologue checks it)
+        self._observed: list = [None]  # per scope: whether a handler in the user's frames observes the op (lazy)
+        from specengine.trace import torchstate
+
+        self.entry_torch_state = self.torch_state = torchstate.snapshot()
 
     @property
     def bsyms(self) -> list:
@@ -53,21 +62,67 @@ class TraceState:
         """Run `sym`'s meta (a prim's shape rule, or a torch-level op's decomposition) and record it."""
         from specengine.trace.symbol import BoundSymbol
 
-        source = user_frame(sym.name) if len(self.scopes) == 1 else None
+        top = len(self.scopes) == 1
+        source = user_frame(sym.name) if top else None
+        autocast = None
+        if top:
+            args, kwargs, autocast = self._sync_torch_state(sym, args, kwargs, source)
         self.scopes.append([])
         self.raises.append(False)
+        self._observed.append(None if top else self._observed[-1])
         try:
             out = sym.meta(*args, **kwargs)
         finally:
             subsymbols = tuple(self.scopes.pop())
             raises = self.raises.pop()
+            self._observed.pop()
         self.raises[-1] = self.raises[-1] or raises  # an op whose decomposition may raise may raise
         self.scopes[-1].append(BoundSymbol(sym, args, tuple(kwargs.items()), out, subsymbols, source, raises))
+        if autocast is not None:  # the output dtypes eager's autocast gives
+            from specengine.trace import torchstate
+
+            torchstate.check_autocast_outputs(sym, out, autocast)
         return out
 
-    def may_raise(self) -> None:
-        """The op being recorded checked something on the example sizes only (see BoundSymbol.may_raise)."""
+    def _sync_torch_state(self, sym: Any, args: tuple, kwargs: dict, source: Any) -> tuple:
+        """Record the torch state changes since the last top-level op; make autocast's casts explicit."""
+        from specengine.trace import torchstate
+
+        self.sync_torch_state(source)
+        devices = torchstate.autocast_devices(self.torch_state)
+        if not devices or sym.is_prim:
+            return args, kwargs, None
+        return torchstate.autocast_inputs(sym, args, kwargs, devices, self.decider.hints)
+
+    def sync_torch_state(self, source: Any = None) -> None:
+        from specengine.trace import torchstate
+
+        now = torchstate.snapshot()
+        if now != self.torch_state:
+            self.scopes[0].extend(torchstate.transitions(self.torch_state, now, self.entry_torch_state, source))
+            self.torch_state = now
+
+    def may_raise(self) -> bool:
+        """The op being recorded checks something on the example sizes only (see BoundSymbol.may_raise).
+
+        Returns True where that check must be decided with a guard instead: an exception handler in the user's
+        frames would observe it (the op runs inside a `try`), so both outcomes must be traced.
+        """
+        if self._observed[-1] is None:
+            from specengine.trace.exceptions import handler_observes
+
+            self._observed[-1] = self.suppressing > 0 or handler_observes()
+        if self._observed[-1]:
+            return True
         self.raises[-1] = True
+        return False
+
+    def note_refusal(self, error: Exception) -> None:
+        """An UnsupportedOpError was raised: if a handler in the function catches it, the compile is refused."""
+        from specengine.trace.exceptions import handler_observes
+
+        if self.caught is None and (self.suppressing > 0 or handler_observes()):
+            self.caught = error
 
     def decide(self, b: E.Expr, op: str, reason: str) -> bool:
         """Decide a comparison on symbols, recording a constraint unless it is implied."""

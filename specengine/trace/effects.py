@@ -1,11 +1,19 @@
 """Python side effects while tracing, which would run once (at trace time) and never on cached calls.
 
-Two are rejected with UnsupportedOpError, where they happen:
+Rejected with UnsupportedOpError, where they happen:
 
 - `print`: while any thread traces, `builtins.print` is a wrapper that raises in a tracing context and forwards
   everywhere else (other threads, and code outside compiled functions, print as usual);
 - assigning (or deleting) a global of the traced function's module: the module's globals are compared before
-  and after tracing.
+  and after tracing;
+- changing global torch settings (`torch.set_default_dtype`, `torch.use_deterministic_algorithms`, the random
+  state other than by `torch.manual_seed`, ...): wrapped the same way, and compared before and after tracing.
+
+Recorded instead:
+
+- `torch.manual_seed(s)` becomes a bound symbol: the computation seeds where the function did;
+- reads of global torch settings (`torch.get_default_dtype()`, `torch.are_deterministic_algorithms_enabled()`, ...)
+  are noted on the tracing state: the prologue guards the values read.
 
 Other side effects (mutating a global list, writing a file) cannot be seen and run only while tracing.
 """
@@ -23,7 +31,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from specengine.errors import UnsupportedOpError
-from specengine.trace import context
+from specengine.trace import context, exceptions, torch_settings
 
 _lock = threading.Lock()
 _depth = 0
@@ -80,6 +88,8 @@ def _install() -> None:
             builtins.print = _guarded_print
         if _depth == 0:
             _swap_rng(install=True)
+            torch_settings.install()
+            exceptions.install()
         _depth += 1
 
 
@@ -91,6 +101,8 @@ def _uninstall() -> None:
             builtins.print = _saved_print
         if _depth == 0:
             _swap_rng(install=False)
+            torch_settings.uninstall()
+            exceptions.uninstall()
 
 
 @contextmanager
@@ -98,11 +110,14 @@ def checked(target: Callable) -> Iterator[None]:
     """Trace `target` with print rejected; after it returns, reject assignments to its module's globals."""
     glb = getattr(target, "__globals__", None)
     before = dict(glb) if isinstance(glb, dict) else None
+    settings = torch_settings.snapshot()
     _install()
     try:
         yield
+        torch_settings.check_unchanged(settings, context.require())
     finally:
         _uninstall()
+        torch_settings.restore_rng(settings)
     if before is not None:
         _check_globals(target, before, glb)
 

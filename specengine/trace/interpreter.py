@@ -26,8 +26,9 @@ from specengine.prologue.inputs import (
     ObjectSpec,
     TensorSpec,  # fmt: skip
 )
-from specengine.trace import compiling, effects, objects, writes
+from specengine.trace import compiling, effects, objects, torch_settings, writes
 from specengine.trace.context import NameGen, TraceState, tracing
+from specengine.trace.exceptions import check_caught
 from specengine.trace.proxies import NumberProxy, TensorProxy, tensor_isinstance, unflatten_size
 from specengine.trace.trace import Trace
 
@@ -119,6 +120,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     made: dict[str, Any] = {}
     values = [_proxy(p, names, specs.hints, shadows, made) for p in specs.params]
     state_values = [_proxy(p, names, specs.hints, shadows) for p in specs.state]
+    state.input_contiguity = {t.local: t.contiguous for t in specs.leaves() if isinstance(t, TensorSpec)}
     args, kwargs = _call_args(specs.signature, values)
     target = unwrap(callable_target(fn))[0]  # the function under partials and bound methods
     _check_function(target)
@@ -135,12 +137,25 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     ):
         with writes.recording(modules, inputs, specs.promoted) as recorder, writes.objects_unchanged(plain, target):
             out = fn(*args, **kwargs)
+            state.sync_torch_state()  # a change the function did not undo: the computation leaves it too
         specs.writes = recorder.writes
         if specs.writes:  # module attributes `forward` assigned: the computation also returns their values
             out = (out, tuple(w.value for w in specs.writes))
         state.output_plan = objects.plan_outputs(out, shadows)
+    check_caught(state)
+    _note_autocast_reads(state)
     if state.output_plan is not None:
         out = tuple(state.output_plan.leaves)
     specs.captured = captured_transitively(target, modules)  # baked in: the prologue guards them
+    torch_settings.note_captured(state, specs.captured)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
     return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state
+
+
+def _note_autocast_reads(state: TraceState) -> None:
+    """An autocast region inside the function casts to the autocast dtypes of its entry, unless it names one."""
+    from specengine.trace.torchstate import SET_AUTOCAST
+
+    if any(b.sym is SET_AUTOCAST for b in state.bsyms):
+        for device, _, dtype in state.entry_torch_state[2]:
+            state.global_reads.setdefault(("get_autocast_dtype", (device,)), dtype)

@@ -128,14 +128,23 @@ class TracePrinter:
         lines = [f"# Constructed by {t.provenance}", HEADER.rstrip("\n"), ""]
         lines.append(f"def {t.name}({', '.join(format_value(p) for p in t.params)}):")
         lines += [f"  # {c}" for p in t.params if (c := type_comment(p))]
+        restore = _state_restores(t.bsyms)
+        indent = "    " if restore else "  "
+        if restore:
+            lines.append("  try:")
         last_source = None
         for bsym in t.bsyms:
             src = bsym.source
             if src is not None and (src.filename, src.lineno) != last_source:
-                lines.append(f"\n  # {src.filename}:{src.lineno}: \t{src.source_line}")
+                lines.append(f"\n{indent}# {src.filename}:{src.lineno}: \t{src.source_line}")
                 last_source = (src.filename, src.lineno)
-            lines += self.bsym_lines(bsym, "  ", commented=False)
-        lines.append(f"  return {format_value(t.output)}")
+            lines += self.bsym_lines(bsym, indent, commented=False)
+        lines.append(f"{indent}return {format_value(t.output)}")
+        if restore:  # the torch state the trace changed is set back to the caller's if an op raises
+            lines.append("  except BaseException:")
+            for b in restore:
+                lines += self.bsym_lines(b, "    ", commented=False)
+            lines.append("    raise")
         return "\n".join(lines) + "\n"
 
     def bsym_lines(self, bsym: BoundSymbol, indent: str, commented: bool) -> list[str]:
@@ -165,6 +174,20 @@ class TracePrinter:
                 return "_"
             return out.name if commented or out.name in self.used else "_"
         return "_"
+
+
+def _state_restores(bsyms: tuple[BoundSymbol, ...]) -> list[BoundSymbol]:
+    """For the torch state changes of a trace (`tex.set_grad_enabled(False, entry=True)`), the calls that set each
+    changed state back to its `entry` value, innermost first."""
+    first: dict[tuple, BoundSymbol] = {}
+    for b in bsyms:
+        if getattr(b.sym.impl, "torch_state", False):
+            entry = b.kwargs_dict["entry"]
+            entry = entry if isinstance(entry, tuple) else (entry,)
+            key = (b.sym.impl, *b.args[: len(b.args) - len(entry)])
+            if key not in first:
+                first[key] = b.with_(args=key[1:] + entry, kwargs=(), source=None)
+    return list(reversed(first.values()))
 
 
 def _used_names(trace: Trace) -> set[str]:

@@ -59,6 +59,8 @@ def group(bsyms: tuple[BoundSymbol, ...], claimed: Callable[[BoundSymbol], bool]
             ids.append(-1)
             if ins & (members_out | tainted):
                 tainted |= _outs(b)
+            if getattr(b.sym.impl, "torch_state", False):
+                current = -1  # a grad-mode or autocast change: no region spans it (ops keep their side of it)
             continue
         if current < 0 or ins & tainted:
             current, members_out, tainted = i, set(), set()

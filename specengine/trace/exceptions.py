@@ -1,0 +1,124 @@
+"""Exceptions caught inside the traced function.
+
+Some ops check their arguments on the example sizes only (whether sizes broadcast, an index is in bounds): for other
+inputs the torch op raises eager's error at run time. That is sound only if nothing in the function observes the
+error. Where the op runs inside a `try` of the user's frames (Python 3.11+ exception tables say so), the check is
+decided with a guard instead, so that both outcomes, raising and not raising, are traced (`TraceState.may_raise`).
+
+A `with contextlib.suppress(...)` block counts as such a handler (its `with` looks like any other in the exception
+table: the class is wrapped while tracing). An error of the engine itself (UnsupportedOpError) that such a handler
+observes refuses the compile: the trace would take the except path where eager takes the other one.
+
+Not seen: handlers in torch's own Python code, and other context managers whose `__exit__` swallows errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dis
+import functools
+import sys
+import types
+from typing import Any
+
+from specengine.provenance import _is_internal
+from specengine.trace import context
+
+_HANDLES = ("CHECK_EXC_MATCH", "CHECK_EG_MATCH", "RETURN_VALUE", "RETURN_CONST")
+_MAX_CHAIN = 32
+
+
+@functools.lru_cache(maxsize=1024)
+def _table(code: types.CodeType) -> tuple[list, list]:
+    """The code's exception table entries and its instructions."""
+    return dis._parse_exception_table(code), list(dis.get_instructions(code))
+
+
+def _entry(code: types.CodeType, offset: int) -> Any:
+    for e in _table(code)[0]:
+        if e.start <= offset < e.end:
+            return e
+    return None
+
+
+def _classify(code: types.CodeType, target: int) -> tuple[bool, int]:
+    """(whether the handler at `target` may swallow the exception, else where it re-raises it).
+
+    An `except` clause (or a `finally` that returns) may swallow it; a `finally` body, a `with` block's exit and the
+    interpreter's cleanup blocks re-raise it. A `with` block counts as re-raising (`contextlib.suppress` is counted
+    apart).
+    """
+    instructions = _table(code)[1]
+    start = next(i for i, ins in enumerate(instructions) if ins.offset == target)
+    pushed = instructions[start].opname == "PUSH_EXC_INFO"
+    for ins in instructions[start:]:
+        if ins.opname in _HANDLES or (pushed and ins.opname == "POP_EXCEPT"):
+            return True, target
+        if ins.opname == "RERAISE":
+            return False, ins.offset
+    return True, target
+
+
+def _observes(code: types.CodeType, offset: int) -> bool:
+    for _ in range(_MAX_CHAIN):
+        entry = _entry(code, offset)
+        if entry is None:
+            return False
+        swallows, offset = _classify(code, entry.target)
+        if swallows:
+            return True
+    return True
+
+
+def handler_observes() -> bool:
+    """Whether an exception raised here would reach an exception handler in a user frame of the traced function.
+
+    Walks the user's frames from the op up to the traced function (frames of specengine and torch are not the
+    user's; frames that called the compiled function do not count: they see the computation's error the same way).
+    """
+    from specengine.trace.interpreter import trace_function
+
+    stop = trace_function.__code__
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not stop:
+        code = frame.f_code
+        if not _is_internal(code.co_filename) and code.co_exceptiontable and _observes(code, frame.f_lasti):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def check_caught(state: Any) -> None:
+    """After tracing returned: refuse when the function caught an error of the engine (the trace took the except
+    path, where eager takes the other one)."""
+    if state.caught is not None:
+        raise state.caught
+
+
+_suppress_enter = contextlib.suppress.__enter__
+_suppress_exit = contextlib.suppress.__exit__
+
+
+def _enter(self: contextlib.suppress) -> Any:
+    state = context.current()
+    if state is not None:
+        state.suppressing += 1
+    return _suppress_enter(self)
+
+
+def _exit(self: contextlib.suppress, *exc: Any) -> Any:
+    state = context.current()
+    if state is not None:
+        state.suppressing -= 1
+    return _suppress_exit(self, *exc)
+
+
+def install() -> None:
+    """While tracing, `contextlib.suppress` blocks count as handlers that observe errors (their `with` looks like
+    any other in the exception table)."""
+    contextlib.suppress.__enter__, contextlib.suppress.__exit__ = _enter, _exit
+
+
+def uninstall() -> None:
+    if contextlib.suppress.__enter__ is _enter:
+        contextlib.suppress.__enter__, contextlib.suppress.__exit__ = _suppress_enter, _suppress_exit

@@ -1,0 +1,172 @@
+"""Global torch settings that a traced function reads or changes (grad mode and autocast: see `torchstate`).
+
+While any thread traces, the `torch.*` getters and setters below are wrappers that act in a tracing context and
+forward everywhere else:
+
+- a getter notes the value read on the tracing state (`global_reads`): the prologue guards it, so an entry traced
+  with `torch.are_deterministic_algorithms_enabled()` True does not serve a call where it is False;
+- (`torch.manual_seed`, `get_rng_state` and `set_rng_state` are recorded as ops: `effects.py`, `ops/ltorch_checks.py`);
+- a setter is refused: the change would happen only while tracing, never on cached calls.
+
+As a backstop, the settings (and the default random generator's state) are compared before and after tracing.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import torch
+
+from specengine.errors import UnsupportedOpError
+from specengine.trace import context
+
+_SPECENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+# getter name -> whether specengine's own calls count (they note the dependency themselves where it matters)
+GETTERS = {
+    "get_default_dtype": False,
+    "get_default_device": True,
+    "are_deterministic_algorithms_enabled": True,
+    "is_deterministic_algorithms_warn_only_enabled": True,
+    "get_deterministic_debug_mode": True,
+    "get_float32_matmul_precision": True,
+    "is_anomaly_enabled": True,
+    "is_inference_mode_enabled": False,
+    "get_autocast_dtype": False,
+}
+SETTERS = ("set_default_dtype", "set_default_device", "set_default_tensor_type", "use_deterministic_algorithms",
+           "set_deterministic_debug_mode", "set_float32_matmul_precision", "seed",
+           "set_anomaly_enabled")  # fmt: skip
+_saved: dict[str, Callable] = {}
+_saved_c: dict[str, Callable] = {}
+_quiet: contextvars.ContextVar[bool] = contextvars.ContextVar("specengine_quiet_reads", default=False)
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """specengine's own use of torch (fake-tensor runs): the settings torch reads meanwhile are not the function's."""
+    token = _quiet.set(True)
+    try:
+        yield
+    finally:
+        _quiet.reset(token)
+
+
+def _getter(name: str, real: Callable, internal_counts: bool) -> Callable:
+    def wrapper(*args: Any) -> Any:
+        value = real(*args)
+        state = context.current()
+        if state is None or _quiet.get():
+            return value
+        if internal_counts or not sys._getframe(1).f_code.co_filename.startswith(_SPECENGINE):
+            note_read(state, name, args, value)
+        return value
+
+    wrapper.__name__ = wrapper.__qualname__ = name
+    wrapper.__wrapped__ = real
+    return wrapper
+
+
+def note_read(state: Any, name: str, args: tuple, value: Any) -> None:
+    if name == "get_default_dtype":
+        state.uses_default_dtype = True  # the prologue's default-dtype guard
+    elif name == "get_autocast_dtype" or name == "is_inference_mode_enabled":
+        state.global_reads.setdefault((name, args), _entry_value(state, name, args, value))
+    else:
+        state.global_reads.setdefault((name, args), value)
+
+
+def _entry_value(state: Any, name: str, args: tuple, value: Any) -> Any:
+    """Grad mode and autocast change inside the function (and are replayed): guard their value at the entry."""
+    entry = state.entry_torch_state
+    if name == "is_inference_mode_enabled":
+        return entry[1]
+    device = torch.device(args[0]).type if args else "cuda"
+    return next((dtype for dev, _, dtype in entry[2] if dev == device), value)
+
+
+def note_captured(state: Any, captured: list) -> None:
+    """A getter the function holds itself (`from torch import get_default_dtype`) is not wrapped: guard its value."""
+    for _, _, value, _ in captured:
+        for name in GETTERS:
+            if value is _real(name) and name != "get_autocast_dtype":
+                note_read(state, name, (), value())
+
+
+def _setter(name: str, real: Callable) -> Callable:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if context.current() is not None:
+            from specengine.trace.proxies import unsupported
+
+            raise unsupported(f"torch.{name}", "the change would happen only while tracing, never on cached calls; "
+                              "change the setting outside the compiled function")  # fmt: skip
+        return real(*args, **kwargs)
+
+    wrapper.__name__ = wrapper.__qualname__ = name
+    wrapper.__wrapped__ = real
+    return wrapper
+
+
+def _grad_setter(real: Callable) -> Callable:
+    def _set_grad_enabled(mode: Any) -> None:
+        if context.current() is not None and type(mode) is not bool and hasattr(mode, "expr"):
+            mode = bool(mode)  # `torch.set_grad_enabled(n > 0)`: the decision is recorded (a guard)
+        return real(mode)
+
+    _set_grad_enabled.__wrapped__ = real
+    return _set_grad_enabled
+
+
+def install() -> None:
+    """Wrap the getters and setters (called under the effects lock, when the first trace starts)."""
+    _saved_c["_set_grad_enabled"] = torch._C._set_grad_enabled
+    torch._C._set_grad_enabled = _grad_setter(torch._C._set_grad_enabled)
+    wrappers = {n: _getter(n, getattr(torch, n), c) for n, c in GETTERS.items()}
+    wrappers.update({n: _setter(n, getattr(torch, n)) for n in SETTERS if hasattr(torch, n)})
+    for name, wrapper in wrappers.items():
+        _saved[name] = getattr(torch, name)
+        setattr(torch, name, wrapper)
+
+
+def uninstall() -> None:
+    real = _saved_c.pop("_set_grad_enabled", None)
+    if real is not None and getattr(torch._C._set_grad_enabled, "__wrapped__", None) is real:
+        torch._C._set_grad_enabled = real
+    for name, real in _saved.items():
+        if getattr(getattr(torch, name), "__wrapped__", None) is real:  # leave alone what someone else installed
+            setattr(torch, name, real)
+    _saved.clear()
+
+
+def _real(name: str) -> Callable:
+    fn = getattr(torch, name)
+    return getattr(fn, "__wrapped__", fn)
+
+
+def snapshot() -> tuple:
+    """The settings and the default generator's random state, read without noting anything."""
+    values = tuple(_real(n)() for n in GETTERS if n not in ("get_autocast_dtype", "get_default_device"))
+    return values, torch.default_generator.get_state()
+
+
+def check_unchanged(before: tuple, state: Any) -> None:
+    """Refuse a trace that changed a setting, or drew random numbers (ops run eagerly at trace time)."""
+    values, rng = snapshot()
+    names = [n for n in GETTERS if n not in ("get_autocast_dtype", "get_default_device")]
+    for name, old, new in zip(names, before[0], values):
+        if old != new:
+            raise UnsupportedOpError(f"changing torch.{name}() inside a compiled function", "<traced function>",
+                                     "the change would happen only while tracing; change it outside")  # fmt: skip
+    if not torch.equal(before[1], rng):  # (seeding is recorded as an op, not run while tracing)
+        raise UnsupportedOpError("drawing random numbers (or changing the random state) inside a compiled function",
+                                 "<traced function>", "random ops are not traced; draw the numbers outside the "
+                                 "compiled function and pass them in")  # fmt: skip
+
+
+def restore_rng(before: tuple) -> None:
+    """Undo what anything did to the random state while tracing (a failed compile changes nothing)."""
+    torch.default_generator.set_state(before[1])
