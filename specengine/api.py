@@ -26,7 +26,7 @@ from specengine.marks import check_marks, mark_constraints
 from specengine.prologue.build import build_index_key, build_prologue
 from specengine.prologue.codegen import Prologue
 from specengine.prologue.external import ObjGuard
-from specengine.prologue.inputs import InputSpecs, TensorSpec, describe_inputs
+from specengine.prologue.inputs import ConstSpec, InputSpecs, TensorSpec, describe_inputs
 from specengine.provenance import Provenance
 from specengine.trace import context as trace_context
 from specengine.trace import passes
@@ -323,7 +323,17 @@ def _static_key(specs: InputSpecs) -> str:
     """The static facts of the inputs (types, dtypes, devices, ranks, constants), module state included, and the
     outside values the trace read (so entries for two values of a global both stay)."""
     external = [g.key for g in specs.external] + [ObjGuard("", str(c[1]), c[2]).key for c in specs.captured]
-    return repr((specs.params, specs.state, external, [g.key for g in specs.structure]))
+    objects = [ObjGuard("", c.path, c.value).key for c in _constants(specs.params)]  # equal reprs, other objects
+    return repr((specs.params, specs.state, external, objects, [g.key for g in specs.structure]))
+
+
+def _constants(specs: tuple) -> list[ConstSpec]:
+    out, todo = [], list(specs)
+    while todo:
+        spec = todo.pop()
+        out += [spec] if isinstance(spec, ConstSpec) else []
+        todo.extend(getattr(spec, "children", ()))
+    return out
 
 
 def make_compiled(fn: Callable, dynamic: bool | None, executors: Sequence[Executor | str] | None,

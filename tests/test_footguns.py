@@ -1014,6 +1014,34 @@ def test_a_global_read_by_a_module_method_is_guarded():
     assert counts(cfn) == (2, 2)
 
 
+def test_a_module_passed_as_an_argument():
+    def f(x, m):
+        return m(x) * 2
+
+    a, b = nn.Linear(3, 2), nn.Linear(3, 2)
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (0, 1, 2):
+        _as_eager(cfn, f, torch.randn(n, 3), a)
+    with torch.no_grad():
+        a.weight.mul_(2)  # its parameters are inputs
+    _as_eager(cfn, f, torch.randn(2, 3), a)
+    _as_eager(cfn, f, torch.randn(2, 3), b)  # another module (by identity): a new entry
+    _as_eager(cfn, f, torch.randn(1, 3), a)
+    assert counts(cfn) == (2, 4)
+
+
+def test_dtype_conversion_and_freezing_after_the_first_call():
+    model = _Net()
+    cfn = specengine.compile(model, dynamic=True)
+    _check_module(cfn, model, 2)
+    model.requires_grad_(False)  # parameters are read on every call: requires_grad is checked
+    _check_module(cfn, model, 1)
+    model.double()  # `param.data = ...`: no attribute write, but the dtype is checked
+    x = torch.randn(2, 3, dtype=torch.float64)
+    torch.testing.assert_close(cfn(x), model(x))
+    assert counts(cfn) == (3, 0)
+
+
 # ===============================================================================================================
 # Torch state and exceptions (issue 11, classes 6 and 7): grad mode, autocast, random state, global settings read
 # or changed inside the function; exceptions caught inside the function

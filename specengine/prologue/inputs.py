@@ -321,7 +321,19 @@ def _state_specs(builder: _Builder, fn: Callable, promoted: frozenset) -> tuple:
     target = callable_target(fn)
     sb.external(bound(target, specs.roots))
     sb.external(captured(unwrap(target)[0], specs.roots))
+    sb.external((c.path, "", None, c.value) for c in _module_arguments(specs.params))
     return tuple(sb.out)
+
+
+def _module_arguments(params: tuple) -> list[ConstSpec]:
+    """Modules passed as arguments (constants, by identity): their parameters and buffers are state inputs too."""
+    out, todo = [], list(params)
+    while todo:
+        spec = todo.pop(0)
+        if isinstance(spec, ConstSpec) and isinstance(spec.value, torch.nn.Module):
+            out.append(spec)
+        todo.extend(getattr(spec, "children", ()))
+    return out
 
 
 def _param_spec(builder: _Builder, p: inspect.Parameter, value: Any) -> Any:
