@@ -202,3 +202,22 @@ def test_bound_method_of_module_uses_module_state():
         lin.weight.add_(1.0)  # parameters are inputs: an update is seen without recompiling
     torch.testing.assert_close(cfn(x), lin(x))
     assert counts(cfn) == (1, 1)
+
+
+class Slotted:
+    __slots__ = ("keys", "__dict__")
+
+    def __init__(self):
+        self.keys = None
+        self.note = "empty"
+
+
+def test_changing_an_object_that_is_not_plain_is_refused_and_undone():
+    def f(x, box):
+        box.note = x * 2  # `box` is not a plain object (slots): a constant, which tracing must not change
+        return x + 1
+
+    box = Slotted()
+    with pytest.raises(UnsupportedOpError, match="box.note"):
+        specengine.compile(f, dynamic=True)(torch.ones(2), box)
+    assert box.note == "empty"

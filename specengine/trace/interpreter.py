@@ -57,7 +57,7 @@ def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Sh
     if isinstance(spec, ObjectSpec):
         return shadows.object(spec, [_proxy(c, names, hints, shadows, made) for c in spec.children])
     assert isinstance(spec, ConstSpec)
-    shadows.constants.add(id(spec.value))
+    shadows.constant(spec)
     return spec.value
 
 
@@ -135,7 +135,11 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
         swapped_state(specs, state_values),
         effects.checked(target),
     ):
-        with writes.recording(modules, inputs, specs.promoted) as recorder, writes.objects_unchanged(plain, target):
+        with (
+            writes.recording(modules, inputs, specs.promoted) as recorder,
+            writes.objects_unchanged(plain, target),
+            shadows.constants_unchanged(),
+        ):
             out = fn(*args, **kwargs)
             state.sync_torch_state()  # a change the function did not undo: the computation leaves it too
         specs.writes = recorder.writes

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import collections.abc
 import types
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils import _pytree as pytree
@@ -31,6 +32,10 @@ _IMMUTABLE = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis),
               torch.device, torch.layout, torch.memory_format)  # fmt: skip
 
 
+_MISSING = object()
+_NOT_WATCHED = (type, types.FunctionType, types.MethodType, types.ModuleType, torch.nn.Module, torch.Tensor)
+
+
 @dataclass
 class Shadows:
     """The copies that tracing sees in place of mutable inputs: (spec, shadow, its initial state) each."""
@@ -39,6 +44,37 @@ class Shadows:
     by_id: dict[int, int] = field(default_factory=dict)
     constants: set[int] = field(default_factory=set)  # ids of constant inputs (guarded by identity)
     params: list = field(default_factory=list)  # every input proxy, in the order created
+    watched: list = field(default_factory=list)  # (path, __dict__) of constant arguments that are not plain objects
+
+    def constant(self, spec: Any) -> None:
+        """A constant argument (guarded by identity); one with attributes is watched: tracing must not change it."""
+        self.constants.add(id(spec.value))
+        state = getattr(spec.value, "__dict__", None)
+        if type(state) is dict and not isinstance(spec.value, _NOT_WATCHED):
+            self.watched.append((spec.path, spec.value, state))
+
+    @contextmanager
+    def constants_unchanged(self) -> Iterator[None]:
+        """Attribute writes on a constant argument (an object that is not plain) would happen only while tracing
+        and could leave proxies in it: its `__dict__` is put back, also on error, and the program is refused."""
+        before = [(path, value, state, dict(state)) for path, value, state in self.watched]
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            changed = []
+            for path, value, state, old in before:
+                diff = sorted(k for k in set(state) | set(old) if state.get(k, _MISSING) is not old.get(k, _MISSING))
+                if diff:
+                    changed.append((path, value, diff[0]))
+                    state.clear()
+                    state.update(old)
+        if changed and not failed:
+            path, value, attr = changed[0]
+            raise unsupported(f"changing {path}.{attr} (a {type(value).__name__}, which is not a plain object)",
+                              "only plain objects (state in __dict__, no __slots__, default __new__) are written "
+                              "back after each call; pass such an object, or return the new value")  # fmt: skip
 
     def param(self, proxy: Any) -> Any:
         self.params.append(proxy)
