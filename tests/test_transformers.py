@@ -14,7 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("transformers")
 
 import specengine  # noqa: E402
-from specengine.examples.hf import FAMILIES  # noqa: E402
+from specengine.examples.hf import FAMILIES, MORE_FAMILIES  # noqa: E402
 from specengine.trace.proxies import Proxy  # noqa: E402
 
 BATCHES, SEQS = (1, 2, 3), (5, 8, 17)
@@ -46,6 +46,21 @@ def test_family_sweep_compiles_once(name):
             torch.testing.assert_close(getattr(out, family.output), getattr(ref, family.output), equal_nan=True)
     assert specengine.cache_misses(cfn) == 1
     assert specengine.cache_hits(cfn) == len(sweep(family)) - 1
+
+
+@pytest.mark.parametrize("name", list(MORE_FAMILIES))
+def test_more_families_compile_once(name):
+    """Mixture of experts, audio, another decoder and encoder: three shapes each, one compile."""
+    family = MORE_FAMILIES[name]
+    model = family.build()
+    cfn = specengine.compile(model, dynamic=True)
+    with torch.no_grad():
+        for b, t in ((1, 5), (2, 8), (3, 17)):
+            inputs = family.inputs(b, t)
+            out, ref = cfn(**inputs), model(**inputs)
+            assert type(out) is type(ref)
+            torch.testing.assert_close(getattr(out, family.output), getattr(ref, family.output), equal_nan=True)
+    assert specengine.cache_misses(cfn) == 1
 
 
 def _cache_tensors(cache) -> list:

@@ -110,6 +110,38 @@ def _mixtral() -> Any:
     return MixtralForCausalLM(config)
 
 
+def _distilbert() -> Any:
+    from transformers import DistilBertConfig, DistilBertModel
+
+    config = DistilBertConfig(n_layers=LAYERS, dim=HIDDEN, hidden_dim=128, n_heads=HEADS, vocab_size=VOCAB,
+                              max_position_embeddings=128)  # fmt: skip
+    return DistilBertModel(config)
+
+
+def _qwen2() -> Any:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(num_hidden_layers=LAYERS, hidden_size=HIDDEN, intermediate_size=128, num_attention_heads=HEADS,
+                         num_key_value_heads=2, max_position_embeddings=128, **_common())  # fmt: skip
+    return Qwen2ForCausalLM(config)
+
+
+def _whisper() -> Any:
+    from transformers import WhisperConfig, WhisperModel
+
+    config = WhisperConfig(encoder_layers=LAYERS, decoder_layers=LAYERS, d_model=HIDDEN, encoder_attention_heads=HEADS,
+                           decoder_attention_heads=HEADS, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
+                           max_source_positions=32, max_target_positions=64, decoder_start_token_id=0,
+                           **_common())  # fmt: skip
+    return WhisperModel(config)
+
+
+def _audio(batch: int, seq: int) -> dict:
+    g = torch.Generator().manual_seed(batch)
+    features = torch.randn(batch, 16, 64, generator=g)  # (mel bins, 2 * max_source_positions frames)
+    return {"input_features": features, "decoder_input_ids": _text(batch, seq)["input_ids"]}
+
+
 FAMILIES: dict[str, Family] = {
     "gpt2": Family("gpt2", _gpt2, _text, "logits", generates=True),
     "llama": Family("llama", _llama, _text, "logits", generates=True),
@@ -117,7 +149,12 @@ FAMILIES: dict[str, Family] = {
     "t5": Family("t5", _t5, _seq2seq, "logits"),
     "vit": Family("vit", _vit, _images, "last_hidden_state", images=True),
 }
-MORE_FAMILIES: dict[str, Family] = {"mixtral": Family("mixtral", _mixtral, _text, "logits", generates=True)}
+MORE_FAMILIES: dict[str, Family] = {
+    "mixtral": Family("mixtral", _mixtral, _text, "logits", generates=True),  # mixture of experts
+    "qwen2": Family("qwen2", _qwen2, _text, "logits", generates=True),
+    "distilbert": Family("distilbert", _distilbert, _text, "last_hidden_state"),
+    "whisper": Family("whisper", _whisper, _audio, "last_hidden_state"),  # audio encoder-decoder
+}
 
 
 def available() -> bool:
