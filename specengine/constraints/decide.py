@@ -7,6 +7,7 @@ decision is recorded as a constraint with its provenance.
 
 from __future__ import annotations
 
+import ctypes
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -130,6 +131,10 @@ class Decider:
             result = solver.check()
         except z3.Z3Exception:
             result = z3.unknown  # undecided: the decision is recorded, which is sound
+        except ctypes.ArgumentError as e:  # how ctypes reports a RecursionError of the program (deep recursion)
+            if "RecursionError" not in str(e):
+                raise
+            raise RecursionError("maximum recursion depth exceeded (while deciding a branch)") from e
         finally:
             solver.pop()
             elapsed = time.perf_counter() - start
