@@ -1,5 +1,6 @@
 """Joining and splitting (cat/stack, split/chunk/unbind, narrow, unflatten, repeat) and the other shape ops with
-rules: contiguous, t, expand_as, the gather family (index_select, gather, take_along_dim), tril/triu, roll, flip.
+rules: contiguous, t, expand_as, the gather family (index_select, gather, take_along_dim), tril/triu, roll (flip
+takes the generic path: torch's meta kernel decides it with the same guards).
 
 Ops with several outputs need a concrete number of outputs: where it depends on a symbolic size, it is decided
 with guards on that size, and the sizes of the pieces stay symbolic. Sizes that must be equal (cat, stack) are
@@ -39,7 +40,7 @@ from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported
 
 __all__ = [
     "contiguous", "t", "expand_as", "repeat", "unflatten", "split", "chunk", "unbind", "cat", "stack", "narrow",
-    "index_select", "gather", "take_along_dim", "tril", "triu", "roll", "flip",
+    "index_select", "gather", "take_along_dim", "tril", "triu", "roll",
 ]  # fmt: skip
 
 
@@ -67,11 +68,6 @@ def narrow_prim(a: TensorProxy, dim: int, start: Any, length: Any) -> TensorProx
     return prims.new_tensor(a.dims[:dim] + (E.as_expr(length),) + a.dims[dim + 1 :], a.dtype, [a])
 
 
-@prims.prim("flip", impl=torch.flip, tags=("shape_op",))
-def flip_prim(a: TensorProxy, dims: tuple) -> TensorProxy:
-    return prims.new_tensor(a.dims, a.dtype, [a])
-
-
 def _numel(dims: tuple) -> E.Expr:
     return math.prod(dims, start=E.const(1))
 
@@ -84,12 +80,14 @@ def _implied(b: E.Expr) -> bool:
 # Views and copies.
 
 
+# kept: the identity on proxies (no op in the trace); the generic path would record a copy
 @torchop(torch.Tensor.contiguous, name="contiguous", methods=("contiguous",))
 def contiguous(a: TensorProxy, memory_format: torch.memory_format = torch.contiguous_format) -> TensorProxy:
     meta_call(torch.Tensor.contiguous, a, memory_format=memory_format)  # rank checks of channels_last
     return a
 
 
+# kept: a prims.permute, which fusing executors take
 @torchop(torch.t, torch.Tensor.t, name="t", methods=("t",))
 def t(a: TensorProxy) -> TensorProxy:
     if a.ndim > 2:
@@ -97,11 +95,13 @@ def t(a: TensorProxy) -> TensorProxy:
     return prims.permute(a, (1, 0)) if a.ndim == 2 else a
 
 
+# kept: a prims.broadcast_in_dim, which fusing executors take
 @torchop(torch.Tensor.expand_as, name="expand_as", methods=("expand_as",))
 def expand_as(a: TensorProxy, other: TensorProxy) -> TensorProxy:
     return expand(a, *other.shape)
 
 
+# kept: broadcast + reshape prims that fusing executors take
 @torchop(torch.Tensor.repeat, name="repeat", methods=("repeat",))
 def repeat(a: TensorProxy, *sizes: Any) -> TensorProxy:
     if not sizes:
@@ -120,6 +120,7 @@ def repeat(a: TensorProxy, *sizes: Any) -> TensorProxy:
     return prims.reshape(tiled, out)
 
 
+# kept: fewer guards than torch's kernel (it adds numel != 0 and size checks)
 @torchop(torch.unflatten, torch.Tensor.unflatten, name="unflatten", methods=("unflatten",))
 def unflatten(a: TensorProxy, dim: int, sizes: Any) -> TensorProxy:
     if a.ndim == 0:
@@ -180,6 +181,7 @@ def _sum(exprs: list) -> E.Expr:
     return functools.reduce(E.add, exprs, E.const(0))
 
 
+# kept: symbolic piece sizes with guards on the count only (several outputs)
 @torchop(torch.split, torch.Tensor.split, name="split", methods=("split",))
 def split(a: TensorProxy, split_size_or_sections: Any, dim: int = 0) -> tuple:
     if a.ndim == 0:
@@ -192,6 +194,7 @@ def split(a: TensorProxy, split_size_or_sections: Any, dim: int = 0) -> tuple:
     return _pieces(a, d, sizes)
 
 
+# kept: symbolic piece sizes with guards on the count only (several outputs)
 @torchop(torch.chunk, torch.Tensor.chunk, name="chunk", methods=("chunk",))
 def chunk(a: TensorProxy, chunks: Any, dim: int = 0) -> tuple:
     """Pieces of ceil(n / chunks) elements: `chunks` of them when n is 0 or large enough, fewer otherwise."""
@@ -213,6 +216,7 @@ def chunk(a: TensorProxy, chunks: Any, dim: int = 0) -> tuple:
     return _pieces(a, d, [size] * (k - 1) + [E.sub(n, E.mul(size, k - 1))])
 
 
+# kept: prims (slices) that fusing executors take
 @torchop(torch.unbind, torch.Tensor.unbind, name="unbind", methods=("unbind",))
 def unbind(a: TensorProxy, dim: int = 0) -> tuple:
     meta_call(torch.unbind, a, dim)
@@ -248,6 +252,7 @@ def _cat_operands(tensors: list) -> list:
     return kept
 
 
+# kept: a prims.cat that fusing executors take; empty legacy operands without guards
 @torchop(torch.cat, torch.concat, name="cat")
 def cat(tensors: Any, dim: int = 0) -> TensorProxy:
     tensors = _tensor_list(tensors, "cat")
@@ -270,6 +275,7 @@ def cat(tensors: Any, dim: int = 0) -> TensorProxy:
     return cat_prim([convert(x, dtype) for _, x in kept], d)
 
 
+# kept: broadcast + cat prims that fusing executors take
 @torchop(torch.stack, name="stack")
 def stack(tensors: Any, dim: int = 0) -> TensorProxy:
     tensors = _tensor_list(tensors, "stack")
@@ -301,6 +307,7 @@ def _wrap_start(s: E.Expr, n: E.Expr) -> E.Expr:
     return E.ite(E.lt(s, 0), E.add(s, n), s)
 
 
+# kept: a prims.narrow that fusing executors take, with fewer guards than torch's kernel
 @torchop(torch.narrow, torch.Tensor.narrow, name="narrow", methods=("narrow",))
 def narrow(a: TensorProxy, dim: int, start: Any, length: Any) -> TensorProxy:
     if a.ndim == 0:
@@ -334,6 +341,7 @@ def _narrow_checks(n: E.Expr, s: E.Expr, length: E.Expr) -> tuple:
 # The gather family. Out-of-range index values are data-dependent: the torch ops raise for them at run time.
 
 
+# kept: meta accepts index dtypes the kernels reject (eager's error at trace time, not a compile that fails later)
 @torchop(torch.index_select, torch.Tensor.index_select, name="index_select", methods=("index_select",))
 def index_select(a: TensorProxy, dim: int, index: TensorProxy) -> TensorProxy:
     meta_call(torch.index_select, a, dim, index)
@@ -354,6 +362,7 @@ def index_select(a: TensorProxy, dim: int, index: TensorProxy) -> TensorProxy:
     return gather_prim(a, d, prims.broadcast_in_dim(idx, shape, (d,)))
 
 
+# kept: no guard on the index size (torch's kernel adds index.size <= input.size)
 @torchop(torch.gather, torch.Tensor.gather, name="gather", methods=("gather",))
 def gather(a: TensorProxy, dim: int, index: TensorProxy, *, sparse_grad: bool = False) -> TensorProxy:
     d = canonical_dim(dim, a.ndim)
@@ -373,6 +382,7 @@ def _check_gather_index(a: TensorProxy, d: int, index: TensorProxy) -> None:
                                f"larger than self {fmt_shape(a.dims)} apart from dimension {d}")  # fmt: skip
 
 
+# kept: torch's kernel fails on symbolic sizes
 @torchop(torch.take_along_dim, torch.Tensor.take_along_dim, name="take_along_dim", methods=("take_along_dim",))
 def take_along_dim(a: TensorProxy, indices: TensorProxy, dim: int | None = None) -> TensorProxy:
     meta_call(torch.take_along_dim, a, indices, dim)
@@ -401,17 +411,19 @@ def _triangle(a: TensorProxy, diagonal: Any, name: str, keep: Any) -> TensorProx
     return prims.where(mask, a, False if a.dtype is torch.bool else 0)
 
 
+# kept: no guards (torch's kernel adds size != 1 guards)
 @torchop(torch.tril, torch.Tensor.tril, name="tril", methods=("tril",))
 def tril(a: TensorProxy, diagonal: Any = 0) -> TensorProxy:
     return _triangle(a, diagonal, "tril", prims.le)
 
 
+# kept: no guards (torch's kernel adds size != 1 guards)
 @torchop(torch.triu, torch.Tensor.triu, name="triu", methods=("triu",))
 def triu(a: TensorProxy, diagonal: Any = 0) -> TensorProxy:
     return _triangle(a, diagonal, "triu", prims.ge)
 
 
-# roll, flip.
+# roll.
 
 
 def _roll_dim(a: TensorProxy, d: int, shift: Any) -> TensorProxy:
@@ -425,6 +437,7 @@ def _roll_dim(a: TensorProxy, d: int, shift: Any) -> TensorProxy:
     return gather_prim(a, d, prims.broadcast_in_dim(index, a.dims, (d,)))
 
 
+# kept: no numel != 0 guard (torch's kernel adds one)
 @torchop(torch.roll, torch.Tensor.roll, name="roll", methods=("roll",))
 def roll(a: TensorProxy, shifts: Any, dims: Any = None) -> TensorProxy:
     meta_call(torch.roll, a, shifts, *(() if dims is None else (dims,)))
@@ -438,13 +451,3 @@ def roll(a: TensorProxy, shifts: Any, dims: Any = None) -> TensorProxy:
     for s, d in zip(shifts, dims):
         out = _roll_dim(out, canonical_dim(d, a.ndim), s)
     return out
-
-
-@torchop(torch.flip, torch.Tensor.flip, name="flip", methods=("flip",), impl=torch.Tensor.flip)
-def flip(a: TensorProxy, *dims: Any, **kwargs: Any) -> TensorProxy:
-    """Tensor.flip takes varargs or a sequence (torch's argument parser rejects `torch.flip(x, 0)` itself)."""
-    ds = tuple(canonical_dim(d, a.ndim) for d in (shape_arg(dims) if dims else tuple(kwargs["dims"])))
-    for d in ds:
-        if ds.count(d) > 1:
-            raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
-    return flip_prim(a, ds) if ds else a
