@@ -208,7 +208,8 @@ def _run_meta(func: Callable, name: str, margs: tuple, mkwargs: dict, mode: _Met
         except Exception as e:  # noqa: BLE001 - decided below: eager's error, or a limit of the symbolic path
             errors.append(e)
     first = errors[0]
-    if _eager_raises(func, margs, mkwargs, type(first)):
+    symbolic_only = any(m in str(first) for m in _SYMBOLIC_FAILURES)
+    if not symbolic_only and all(_eager_raises(func, margs, mkwargs, type(first), fill) for fill in (0, 1)):
         raise first
     why = f"{type(first).__name__}: {str(first).splitlines()[0] if str(first) else ''}"
     raise unsupported(name, f"its meta kernel fails on symbolic sizes ({why[:200]}); run it outside the compiled "
@@ -222,8 +223,13 @@ def _dispatcher(python: bool) -> Any:
 _MAX_CHECK_NUMEL = 1 << 20
 
 
-def _eager_raises(func: Callable, margs: tuple, mkwargs: dict, kind: type) -> bool:
-    """Whether eager raises `kind` on real tensors of the example sizes (zeros): then the error is eager's."""
+# C++ kernels that cannot take symbolic sizes: never an error of eager's
+_SYMBOLIC_FAILURES = ("dispatch_on_subclass", "SymIntArrayRef expected to contain only concrete", "symbolic sizes")
+
+
+def _eager_raises(func: Callable, margs: tuple, mkwargs: dict, kind: type, fill: int) -> bool:
+    """Whether eager raises `kind` on real tensors of the example sizes filled with `fill`; when it does for both
+    0 and 1 (not a data-dependent error), the error is eager's."""
     if not issubclass(kind, (RuntimeError, ValueError, IndexError, TypeError)):
         return False
     hints = context.require().decider.hints
@@ -233,7 +239,7 @@ def _eager_raises(func: Callable, margs: tuple, mkwargs: dict, kind: type) -> bo
         if isinstance(x, torch.Tensor):
             sizes = [int(S.expr_of(s).eval(hints)) for s in x.shape]
             total[0] += math.prod(sizes)
-            return torch.zeros(sizes, dtype=x.dtype)
+            return torch.full(sizes, fill, dtype=x.dtype)
         if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return x.node.hint
         return "cpu" if isinstance(x, str) and x == "meta" else x
