@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import operator
 from typing import Any
@@ -62,9 +61,4 @@ class _Translator:
 
 def to_z3(e: BoolLike | IntLike, env: dict[str, Any] | None = None) -> Any:
     """Translate ``e`` to a z3 expression; symbols missing from ``env`` get a fresh ``z3.Int`` added to it."""
-    try:
-        return _Translator({} if env is None else env)(as_expr(e))
-    except ctypes.ArgumentError as err:  # z3's ctypes layer wraps a RecursionError raised inside it
-        if "RecursionError" not in str(err):
-            raise
-        raise RecursionError("maximum recursion depth exceeded while translating a constraint to z3") from err
+    return _Translator({} if env is None else env)(as_expr(e))
