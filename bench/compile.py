@@ -10,7 +10,7 @@ and the growth ratio t(2n)/t(n) (goal: at most 2.1, i.e. linear), then a GPT-2-s
 width 768; goal <= 0.35 s). "init" is the one-time cost of a fresh process: `import specengine, torch` and the
 seed function's first compile, measured in a subprocess against `import torch` alone (goal: <= 0.3 s beyond).
 
-    python bench/compile.py [--blocks 12] [--layers 8,16,32,64] [--no-gpt2]
+    python bench/compile.py [--blocks 12] [--layers 8,16,32,64] [--no-gpt2] [--clock wall|cpu] [--threads 1]
 """
 
 from __future__ import annotations
@@ -150,7 +150,11 @@ def main() -> None:
     parser.add_argument("--no-gpt2", action="store_true", help="skip the GPT-2-small first call of the sweep")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="cpu: every time in CPU seconds of the calling thread (steadier on a loaded machine)")  # fmt: skip
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads (1: steadier on a shared machine)"
+    )
     opts = parser.parse_args()
+    torch.set_num_threads(opts.threads)
     if opts.clock == "cpu":
         time.perf_counter = time.thread_time  # the compile stages are timed with time.perf_counter
     print_init()

@@ -37,7 +37,7 @@ def _operator(fn: str, reflected: bool = False) -> Callable[[Expr, Any], Any]:
     """An Expr arithmetic dunder calling the module-level constructor named ``fn``; ints accepted."""
 
     def method(self: Expr, other: Any) -> Any:
-        if not isinstance(other, (int, Expr)):
+        if type(other) is not Expr and not isinstance(other, int):  # `type() is` first: Expr has no subclasses
             return NotImplemented
         return globals()[fn](other, self) if reflected else globals()[fn](self, other)
 
@@ -167,6 +167,9 @@ def _make_key(op: str, args: tuple) -> tuple:
 def _intern(op: str, args: tuple) -> Expr:
     """The unique node for ``(op, args)``; callers guarantee ``args`` is already canonical."""
     key = (op, args)
+    e = _TABLE.get(key)  # a hit needs no lock; a miss re-checks under it
+    if e is not None:
+        return e
     with _LOCK:
         e = _TABLE.get(key)
         if e is None:
@@ -196,7 +199,7 @@ def sym(name: str) -> Expr:
 
 def as_expr(x: int | bool | Expr) -> Expr:
     """``x`` as an Expr: bools become TRUE/FALSE, ints become constants."""
-    if isinstance(x, Expr):
+    if type(x) is Expr:  # Expr has no subclasses (and tracing makes isinstance a Python function)
         return x
     if isinstance(x, bool):
         return TRUE if x else FALSE
@@ -204,13 +207,15 @@ def as_expr(x: int | bool | Expr) -> Expr:
 
 
 def _int(x: IntLike) -> Expr:
-    e = x if isinstance(x, Expr) else const(x)  # const raises TypeError for non-integers
+    e = x if type(x) is Expr else const(x)  # const raises TypeError for non-integers
     if e.is_bool:
         raise TypeError(f"expected an int or integer expression, got {x!r}")
     return e
 
 
 def _bool(x: BoolLike) -> Expr:
+    if type(x) is Expr and x.is_bool:
+        return x
     if not isinstance(x, (bool, Expr)) or not as_expr(x).is_bool:
         raise TypeError(f"expected a bool or boolean expression, got {x!r}")
     return as_expr(x)

@@ -18,8 +18,13 @@ _leaf_types: dict[type, bool] = {}
 _registered = [-1]  # len(SUPPORTED_NODES) when _leaf_types was filled: a new registration clears it
 
 
+_BUILTIN_LEAVES = frozenset({int, float, bool, complex, str, bytes, type(None), type(Ellipsis)})
+
+
 def _is_leaf_type(t: type) -> bool:
     """Whether torch's pytree treats values of type `t` as leaves (cached per type)."""
+    if t in _BUILTIN_LEAVES:
+        return True
     if len(pytree.SUPPORTED_NODES) != _registered[0]:
         _leaf_types.clear()
         _registered[0] = len(pytree.SUPPORTED_NODES)
