@@ -7,7 +7,7 @@ decision is recorded as a constraint with its provenance.
 
 from __future__ import annotations
 
-import ctypes
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -122,8 +122,10 @@ class Decider:
         self.z3_calls += 1
         start = time.perf_counter()
         try:
-            result = self._scopes.check(n, value)
-        except (z3.Z3Exception, ctypes.ArgumentError):  # z3 failed (or a Python error inside its C calls)
+            # Near the recursion limit a RecursionError could strike inside z3's C calls and corrupt its
+            # reference counts: the decision is recorded instead (sound), and Python raises the error itself.
+            result = z3.unknown if _near_recursion_limit() else self._scopes.check(n, value)
+        except z3.Z3Exception:
             result = z3.unknown  # undecided: the decision is recorded, which is sound
         except ctypes.ArgumentError as e:  # how ctypes reports a RecursionError of the program (deep recursion)
             if "RecursionError" not in str(e):
@@ -134,6 +136,15 @@ class Decider:
             self.z3_seconds += elapsed
             self.z3_max_seconds = max(self.z3_max_seconds, elapsed)
         return value if result == z3.unsat else None
+
+
+def _near_recursion_limit(margin: int = 250) -> bool:
+    """Whether the Python stack is within `margin` frames of the recursion limit."""
+    try:
+        sys._getframe(max(sys.getrecursionlimit() - margin, 0))
+    except ValueError:
+        return False
+    return True
 
 
 class _Scopes:
@@ -173,11 +184,10 @@ class _Scopes:
         self.facts.setdefault(root, []).append(e)
         self.symbols[root] |= names
         solver = self.solvers.get(root)
-        if solver is not None:
-            try:
-                solver.add(*self._range_facts(new), to_z3(e, self.env))
-            except Exception:  # noqa: BLE001 - e.g. a RecursionError inside z3's C calls: rebuilt on demand
-                self.solvers.pop(root, None)
+        if solver is not None and _near_recursion_limit():
+            self.solvers.pop(root)  # rebuilt on demand (see Decider._z3_decide)
+        elif solver is not None:
+            solver.add(*self._range_facts(new), to_z3(e, self.env))
 
     def _range_facts(self, names: Any) -> list:
         return range_facts({s: self.ranges[s] for s in names if s in self.ranges}, self.env)
