@@ -7,7 +7,6 @@ decision is recorded as a constraint with its provenance.
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +39,8 @@ class Decider:
         self.z3_max_seconds = 0.0
         self._timeout_ms = timeout_ms
         self._memo: dict[E.Expr, bool] = {}
-        self._scopes = _Scopes(ranges, timeout_ms)
+        self._solver: z3.Solver | None = None
+        self._z3_env: dict[str, z3.ArithRef] = {}
         # symbol -> representative or constant, from recorded equalities and static ranges (lo == hi)
         self._subst: dict[str, E.Expr] = {
             s: E.const(lo) for s, (lo, hi) in ranges.items() if lo is not None and lo == hi
@@ -73,8 +73,9 @@ class Decider:
         self.constraints.append(Constraint(b, provenance))
         self._memo[E.normalize(b)] = True
         self._constrained |= b.free_symbols()
-        self._scopes.add(b.subs(self._subst) if self._subst else b)  # equivalent, over fewer symbols
         self._merge(E.normalize(b))
+        if self._solver is not None:
+            self._solver.add(to_z3(b, self._z3_env))
 
     def _merge(self, n: E.Expr) -> None:
         """Track `s_a == s_b` and `s == c` facts as a substitution, so later queries fold syntactically."""
@@ -119,12 +120,14 @@ class Decider:
 
     def _z3_decide(self, n: E.Expr, value: bool) -> bool | None:
         z3 = z3_module()
+        solver = self._ensure_solver()
         self.z3_calls += 1
+        solver.push()
         start = time.perf_counter()
         try:
-            # Near the recursion limit a RecursionError could strike inside z3's C calls and corrupt its
-            # reference counts: the decision is recorded instead (sound), and Python raises the error itself.
-            result = z3.unknown if _near_recursion_limit() else self._scopes.check(n, value)
+            z = to_z3(n, self._z3_env)
+            solver.add(z3.Not(z) if value else z)
+            result = solver.check()
         except z3.Z3Exception:
             result = z3.unknown  # undecided: the decision is recorded, which is sound
         except ctypes.ArgumentError as e:  # how ctypes reports a RecursionError of the program (deep recursion)
@@ -132,93 +135,21 @@ class Decider:
                 raise
             raise RecursionError("maximum recursion depth exceeded (while deciding a branch)") from e
         finally:
+            solver.pop()
             elapsed = time.perf_counter() - start
             self.z3_seconds += elapsed
             self.z3_max_seconds = max(self.z3_max_seconds, elapsed)
         return value if result == z3.unsat else None
 
-
-def _near_recursion_limit(margin: int = 250) -> bool:
-    """Whether the Python stack is within `margin` frames of the recursion limit."""
-    try:
-        sys._getframe(max(sys.getrecursionlimit() - margin, 0))
-    except ValueError:
-        return False
-    return True
-
-
-class _Scopes:
-    """Recorded facts grouped by shared symbols (union-find), with an incremental z3 solver per group.
-
-    A query sees only the facts of the groups its symbols are in: facts that share no symbol with it, even
-    transitively, cannot change its answer (every group is satisfiable: the hints satisfy it).
-    """
-
-    def __init__(self, ranges: Ranges, timeout_ms: int):
-        self.ranges, self.timeout_ms = ranges, timeout_ms
-        self.parent: dict[str, str] = {}
-        self.facts: dict[str, list[E.Expr]] = {}  # root -> its group's facts (translated when a solver is built)
-        self.symbols: dict[str, set[str]] = {}  # root -> the symbols of its group
-        self.solvers: dict[str, Any] = {}  # root -> an up-to-date solver of its group (built on demand)
-        self.env: dict[str, Any] = {}
-
-    def find(self, s: str) -> str:
-        while self.parent.setdefault(s, s) != s:
-            self.parent[s] = self.parent[self.parent[s]]
-            s = self.parent[s]
-        return s
-
-    def add(self, e: E.Expr) -> None:
-        names = e.free_symbols()
-        if not names:
-            return
-        roots = sorted({self.find(s) for s in names})
-        root = roots[0]
-        for r in roots[1:]:  # a merge: the groups' solvers are rebuilt on demand
-            self.parent[r] = root
-            self.facts.setdefault(root, []).extend(self.facts.pop(r, []))
-            self.symbols.setdefault(root, set()).update(self.symbols.pop(r, set()))
-            self.solvers.pop(r, None)
-            self.solvers.pop(root, None)
-        new = names - self.symbols.setdefault(root, set())
-        self.facts.setdefault(root, []).append(e)
-        self.symbols[root] |= names
-        solver = self.solvers.get(root)
-        if solver is not None and _near_recursion_limit():
-            self.solvers.pop(root)  # rebuilt on demand (see Decider._z3_decide)
-        elif solver is not None:
-            solver.add(*self._range_facts(new), to_z3(e, self.env))
-
-    def _range_facts(self, names: Any) -> list:
-        return range_facts({s: self.ranges[s] for s in names if s in self.ranges}, self.env)
-
-    def _solver(self, roots: set[str]) -> Any:
-        if len(roots) == 1 and (root := next(iter(roots))) in self.solvers:
-            return self.solvers[root]
-        solver = z3_module().Solver()
-        solver.set("timeout", self.timeout_ms)
-        for r in roots:
-            solver.add(
-                *self._range_facts(self.symbols.get(r, ())), *(to_z3(f, self.env) for f in self.facts.get(r, ()))
-            )
-        if len(roots) == 1:
-            self.solvers[next(iter(roots))] = solver
-        return solver
-
-    def check(self, n: E.Expr, value: bool) -> Any:
-        """z3's answer to: can `n` have the truth value other than `value`, given the facts that matter?"""
-        z3 = z3_module()
-        names = n.free_symbols()
-        roots = {self.find(s) for s in names}
-        solver = self._solver(roots)
-        known = set().union(*(self.symbols.get(r, set()) for r in roots))
-        solver.push()
-        try:
-            z = to_z3(n, self.env)
-            solver.add(*self._range_facts(names - known), z3.Not(z) if value else z)
-            return solver.check()
-        finally:
-            solver.pop()
+    def _ensure_solver(self) -> z3.Solver:
+        if self._solver is None:
+            self._solver = z3_module().Solver()
+            self._solver.set("timeout", self._timeout_ms)
+            for fact in range_facts(self.ranges, self._z3_env):
+                self._solver.add(fact)
+            for c in self.constraints:
+                self._solver.add(to_z3(c.expr, self._z3_env))
+        return self._solver
 
 
 def range_facts(ranges: Ranges, env: dict[str, z3.ArithRef]) -> list:

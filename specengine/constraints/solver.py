@@ -270,7 +270,7 @@ class Solver:
         return {}
 
     def _range_facts(self, symbols: Iterable[str], env: dict) -> list:
-        return range_facts({s: self.ranges[s] for s in symbols if s in self.ranges}, env)
+        return range_facts({s: self.ranges[s] for s in sort_symbols(symbols) if s in self.ranges}, env)  # in order
 
     def _minimize(self, constraints: list[Constraint], pinned: Mapping[str, int]) -> list[Constraint]:
         """Drop each constraint that the ranges and the remaining constraints imply.
