@@ -7,6 +7,7 @@ decision is recorded as a constraint with its provenance.
 
 from __future__ import annotations
 
+import ctypes
 import time
 from typing import TYPE_CHECKING, Any
 
