@@ -46,7 +46,7 @@ fi
 if ! $py -c "import torch, nvfuser_direct" 2>/tmp/nvf_import.err; then
   tail -n 2 /tmp/nvf_import.err
   shim=/tmp/libnvfuser_shim.so
-  g++ -shared -fPIC -O2 -o "$shim" scripts/nvfuser_shim.cpp 2>/dev/null || cp wheels/libnvfuser_shim.so "$shim"
+  g++ -shared -fPIC -O2 -Wl,-z,lazy -o "$shim" scripts/nvfuser_shim.cpp 2>/dev/null || cp wheels/libnvfuser_shim.so "$shim"
   export LD_PRELOAD="$shim${LD_PRELOAD:+:$LD_PRELOAD}"
   echo "preloading $shim"
 fi

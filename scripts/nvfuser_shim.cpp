@@ -4,7 +4,8 @@
 // constructor forwards to it. Self-contained (no torch headers): only the two constructor declarations and
 // SourceLocation's layout (function, file, line; c10/util/StringUtil.h) must match libc10.
 // Built and preloaded by scripts/gpu_check.sh (LD_PRELOAD) when `import nvfuser_direct` fails without it:
-//   g++ -shared -fPIC -O2 -o libnvfuser_shim.so scripts/nvfuser_shim.cpp -L<torch/lib> -lc10
+//   g++ -shared -fPIC -O2 -Wl,-z,lazy -o libnvfuser_shim.so scripts/nvfuser_shim.cpp
+// (no -lc10: the forwarded-to constructor is bound lazily, from the libc10 that torch loads).
 #include <cstdint>
 
 namespace c10 {

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from specengine.executors.nvfuser.claims import broadcast_requests, is_fusible, lowerable, tensor_inputs
+from specengine.executors.nvfuser.lowering import check_sizes, size_checks, size_env
 from specengine.executors.nvfuser.plan import build_plan
 from specengine.executors.nvfuser.regions import Region, form_regions, region_symbol
 from specengine.executors.protocol import Claim
@@ -49,7 +50,7 @@ class NvFuserExecutor:
         self._impls: dict[Symbol, Symbol] = {}
 
     def claim(self, bsym: BoundSymbol) -> Claim | None:
-        if not is_fusible(bsym) or not lowerable(bsym):
+        if (bsym.may_raise and not _checked_at_run_time(bsym)) or not is_fusible(bsym) or not lowerable(bsym):
             return None
         if self.backend == "nvfuser" and not all(t.device.type == "cuda" for t in _tensors(bsym)):
             return None
@@ -60,9 +61,13 @@ class NvFuserExecutor:
         return Claim(impl, needs_constant=broadcast_requests(bsym), needs_contiguous=tuple(tensor_inputs(bsym)))
 
     def declines_decomposition(self, bsym: BoundSymbol) -> bool:
-        """`Tensor.view` raises at run time where strides do not allow the view; its decomposition (a
-        reshape) would not: view runs as torch's op."""
-        return bsym.sym.name in DECLINED_DECOMPOSITIONS
+        """Ops that must raise eager's error at run time run as torch's op: `Tensor.view` where strides do not
+        allow the view (its decomposition, a reshape, would not), and ops checked only on the example sizes
+        (`may_raise`) unless their decomposition is elementwise ops and broadcasts, whose validity the region
+        checks on each call (lowering.broadcast_checks)."""
+        if bsym.sym.name in DECLINED_DECOMPOSITIONS:
+            return True
+        return bsym.may_raise and not all(_checked_at_run_time(b) for b in bsym.subsymbols)
 
     def fusion_pass(self, trace: Trace, contiguous: dict[str, bool] | None = None) -> Trace:
         """Group claimed prims into regions; each region becomes one call.
@@ -88,6 +93,12 @@ def _is_claimed(bsym: BoundSymbol) -> bool:
     return bsym.sym.module == "nvfuser"
 
 
+def _checked_at_run_time(bsym: BoundSymbol) -> bool:
+    """Elementwise prims, broadcasts and reshapes: where they are invalid for an input (incompatible or
+    negative sizes, another numel), the region raises eager's error before running the fusion."""
+    return bsym.sym.name in ("broadcast_in_dim", "reshape") or "elementwise" in bsym.sym.tags
+
+
 def _tensors(bsym: BoundSymbol) -> list:
     return tensor_inputs(bsym) + [o for o in bsym.flat_outs() if hasattr(o, "device")]
 
@@ -100,9 +111,17 @@ def reference_callable(region: Region, contiguous: dict[str, bool]) -> Callable[
 
     bsyms = tuple(b.with_(sym=prims.PRIMS[b.sym.name]) for b in region.bsyms)
     trace = Trace(f"fusion{region.index}", tuple(region.inputs), bsyms, tuple(region.outputs), "nvFuser region")
-    fn = trace.python_callable()
+    prims_fn = trace.python_callable()
+    checks = size_checks(region)
+
+    def fn(*args: Any) -> Any:
+        if checks:  # what the nvFuser backend checks (torch's expand takes a size of -1 as "keep")
+            check_sizes(checks, size_env(region, args))
+        return prims_fn(*args)
+
     unchecked = {x.name: True for x in region.inputs if hasattr(x, "dims") and x.name not in contiguous}
     fn.plan = build_plan(region, {**unchecked, **contiguous})
     fn.plan_for = lambda known: build_plan(region, known)
     fn.region = region
+    fn.prims = prims_fn
     return fn

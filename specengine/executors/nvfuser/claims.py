@@ -3,7 +3,7 @@
 nvFuser handles symbolic sizes itself, but must know which dims broadcast; reduction, permute and cat dims,
 ranks and dtypes are constants in our prims already. A prim is declined (left to the torch executor) where
 the lowering could not run it exactly: no nvFuser dtype (int8, int16, uint8, complex), a slice step other
-than 1 or constant bounds nvFuser rejects, rounding divisions, float-only ops on integers, and any op whose
+than 1 or constant bounds nvFuser rejects, rounding divisions, float-only ops on integers, pow on bools, and any op whose
 result would need autograd (a fusion's outputs carry no autograd history).
 """
 
@@ -74,12 +74,17 @@ def _div_ok(bsym: BoundSymbol) -> bool:  # true division only, on floats
     return bsym.kwargs_dict.get("rounding_mode") is None and bsym.output.dtype.is_floating_point
 
 
+def _not_on_bools(bsym: BoundSymbol) -> bool:  # pow has no bool kernel in nvFuser
+    return bsym.output.dtype is not torch.bool
+
+
 def _unary_ok(bsym: BoundSymbol) -> bool:
     a = bsym.args[0]
     return bsym.sym.name in _ANY_DTYPE_UNARY or (isinstance(a, TensorProxy) and a.dtype.is_floating_point)
 
 
-_CHECKS = {"slice": _slice_ok, "narrow": _narrow_ok, "div": _div_ok, **{n: _unary_ok for n in UNARY}}
+_CHECKS = {"slice": _slice_ok, "narrow": _narrow_ok, "div": _div_ok, "pow": _not_on_bools,
+           **{n: _unary_ok for n in UNARY}}  # fmt: skip
 
 
 def broadcast_requests(bsym: BoundSymbol) -> tuple[E.Expr, ...]:
