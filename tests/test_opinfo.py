@@ -20,10 +20,13 @@ import opinfo_run as R  # noqa: E402
 
 BASELINE = Path(__file__).resolve().parent.parent / "bench" / "opinfo_baseline.json"
 
-# Ops that pass (today's baseline, near-duplicate variants left out to keep CI short).
+# Ops that pass (the baseline's, near-duplicate variants left out to keep CI short, and those fixed since).
 PASSING = [
     "T",
+    "__radd__",
     "__rmod__",
+    "__rmul__",
+    "__rsub__",
     "abs",
     "add",
     "all",
@@ -72,6 +75,7 @@ PASSING = [
     "isnan",
     "le",
     "lerp",
+    "linspace",
     "log",
     "log1p",
     "log2",
@@ -80,9 +84,12 @@ PASSING = [
     "logical_not",
     "logical_or",
     "logical_xor",
+    "logspace",
     "logsumexp",
     "lt",
     "mT",
+    "masked.mean",
+    "masked.sum",
     "masked_fill",
     "matmul",
     "max.binary",
@@ -126,6 +133,7 @@ PASSING = [
     "round.decimals_3",
     "rsqrt",
     "rsub",
+    "scalar_tensor",
     "sigmoid",
     "sign",
     "signal.windows.bartlett",
@@ -145,6 +153,7 @@ PASSING = [
     "t",
     "take_along_dim",
     "tanh",
+    "to",
     "transpose",
     "tril",
     "triu",
@@ -165,9 +174,6 @@ PASSING = [
 # until they pass; move each to PASSING when it does.
 NOT_YET = [
     "__getitem__",
-    "__radd__",
-    "__rmul__",
-    "__rsub__",
     "acos",
     "addmm",
     "asin",
@@ -183,10 +189,6 @@ NOT_YET = [
     "isclose",
     "item",
     "linalg.vector_norm",
-    "linspace",
-    "logspace",
-    "masked.mean",
-    "masked.sum",
     "movedim",
     "mv",
     "nansum",
@@ -202,20 +204,18 @@ NOT_YET = [
     "nn.functional.nll_loss",
     "nn.functional.pad.constant",
     "outer",
-    "scalar_tensor",
     "scatter",
     "select",
     "sinh",
     "sort",
     "sparse.sampled_addmm",
     "tan",
-    "to",
     "topk",
 ]
 
 
 # Crashes in the baseline still being fixed (issue 12): expected to fail until then.
-KNOWN_CRASHES = {"__getitem__", "__radd__", "__rmul__", "broadcast_shapes", "cfloat", "item", "sparse.sampled_addmm"}
+KNOWN_CRASHES = {"broadcast_shapes"}  # torch._refs needs a SymNode (the generic path)
 
 
 def _params() -> list:

@@ -406,6 +406,9 @@ UNSUPPORTED = {
     "other-device": lambda x: x.to("meta"),
     "copy": lambda x: x.to(x.dtype, copy=True),
     "silu-inplace": lambda x: F.silu(x, inplace=True),
+}
+# Tensors closed over from outside are inputs of the computation (tests/test_outside.py).
+CLOSED_OVER = {
     "memory-format": lambda x: x.to(memory_format=torch.channels_last),
 }
 # A tensor read from outside (here a global) is an input of the computation (prologue/state.py), as in eager.
@@ -432,6 +435,14 @@ def test_unsupported(fn: Callable) -> None:
     cfn = specengine.compile(fn, dynamic=True)
     with pytest.raises(UnsupportedOpError):
         cfn(torch.randn(2, 3, 4, 5))
+
+
+@pytest.mark.parametrize("fn", list(CLOSED_OVER.values()), ids=list(CLOSED_OVER))
+def test_closed_over(fn: Callable) -> None:
+    cfn = specengine.compile(fn, dynamic=True)
+    for shape in [(2, 3, 4, 5), (1, 1, 1, 5), (0, 2, 3, 5)]:
+        run_both(fn, cfn, [torch.randn(shape)])
+    assert specengine.cache_misses(cfn) == 1
 
 
 def test_traces_name_the_torch_callables() -> None:

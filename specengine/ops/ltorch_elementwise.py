@@ -446,8 +446,8 @@ def _same_device(device: torch.device, target: Any) -> bool:
 def _cast(a: TensorProxy, dtype: torch.dtype | None, device: Any, copy: bool, memory_format: Any) -> TensorProxy:
     if device is not None and not _same_device(a.device, device):
         raise unsupported("Tensor.to(device)", "moving to another device is not traced; move the inputs instead")
-    if memory_format not in (None, torch.preserve_format):
-        raise unsupported("Tensor.to(memory_format=...)", "only memory_format=torch.preserve_format is traced")
+    if memory_format not in (None, torch.preserve_format):  # values are unchanged; the torch op sets the strides
+        meta_call(torch.Tensor.contiguous, a, memory_format=memory_format)  # eager's rank checks (channels_last)
     if dtype is None or dtype == a.dtype:
         if copy:
             raise unsupported("Tensor.to(copy=True)", "use .clone() to copy a tensor")

@@ -7,8 +7,10 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from specengine.errors import UnsupportedOpError
+from specengine.ops import outside
 from specengine.ops.generic import generic_call, generic_method
-from specengine.trace import proxies
+from specengine.trace import context, proxies
 from specengine.trace.proxies import Proxy, TensorProxy, is_outside_tensor, unsupported
 from specengine.trace.symbol import Symbol, tree_leaves
 
@@ -35,6 +37,8 @@ def torch_print_name(fn: Callable) -> tuple[str, str]:
 
 def _as_method(sym: Symbol) -> Callable:
     def method(self: TensorProxy, *args: Any, **kwargs: Any) -> Any:
+        if any(is_outside_tensor(a) for a in args) or any(is_outside_tensor(v) for v in kwargs.values()):
+            args, kwargs = outside.lift((args, kwargs))  # `x * C`: C, closed over from outside, becomes an input
         return sym(self, *args, **kwargs)
 
     method.__name__ = sym.name
@@ -103,15 +107,40 @@ def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
         raise unsupported(f"{name} on a tensor closed over from outside",
                           "it would mutate the tensor only while tracing; pass the tensor as an argument")  # fmt: skip
     if func not in ALWAYS_TRACED and not has_proxy((args, kwargs)):
-        if func in _RANDOM:
-            name = torch.overrides.resolve_name(func) or repr(func)
-            raise unsupported(f"{name} without a traced argument", "it would draw once, while tracing, and the "
-                              "computation would reuse that tensor; draw it from a traced value (torch.rand_like(x)) or "
-                              "outside the compiled function")  # fmt: skip
-        return func(*args, **kwargs)
+        if context.current() is None or not outside.called_from_user(3):
+            return func(*args, **kwargs)  # specengine's own helpers (on meta stand-ins, or constants)
+        if not outside.real_tensors((args, kwargs)):
+            return outside.constant_factory(func, args, kwargs, random=func in _RANDOM)  # drawn per call
+    if outside.real_tensors((args, kwargs)) and context.current() is not None and outside.called_from_user(3):
+        args, kwargs = outside.lift((args, kwargs))  # tensors closed over from outside become inputs
     if sym is not None:
         return sym(*args, **kwargs)
-    return generic_call(func, args, kwargs)  # no hand-written rule: torch's meta kernel decides
+    method = _tensor_method(func, args)
+    if method is not None:
+        return method(*args, **kwargs)
+    try:
+        return generic_call(func, args, kwargs)  # no hand-written rule: torch's meta kernel decides
+    except UnsupportedOpError:
+        if any(isinstance(x, TensorProxy) for x in tree_leaves((args, kwargs))) or not outside.called_from_user(3):
+            raise
+    return outside.pinned_factory(func, args, kwargs)  # e.g. torch.linspace(0, 1, n) on CPU: n pinned with a guard
+
+
+def _tensor_method(func: Callable, args: tuple) -> Callable | None:
+    """A Tensor method or property reached through torch's dispatch (`torch.Tensor.__rsub__(x, 2)`, `C.shape` of a
+    lifted tensor): the proxy's own implementation of it, the same table as bound calls use."""
+    if not args or not isinstance(args[0], TensorProxy):
+        return None
+    name = getattr(func, "__name__", None)
+    owner = getattr(func, "__self__", None)
+    if name == "__get__" and getattr(owner, "__objclass__", None) is torch._C.TensorBase:  # a property
+        prop = owner.__name__
+        return lambda self, *_: getattr(self, prop)
+    if name is None or not (getattr(func, "__objclass__", None) is torch._C.TensorBase or
+                            getattr(torch.Tensor, name, None) is func):  # fmt: skip
+        return None
+    method = getattr(TensorProxy, name, None)
+    return method if callable(method) else None
 
 
 class TraceMode(TorchFunctionMode):

@@ -129,6 +129,8 @@ def _tensor_checks(st: _Steps, spec: TensorSpec) -> None:
         fail = f"{x}.device != {st.name(dev, 'device')}"
     st.check(fail, f"{p}.device == {str(dev)!r}", (f"{p}.device", f"{x}.device"))
     st.check(f"{x}.ndim != {len(spec.symbols)}", f"{p}.ndim == {len(spec.symbols)}", (f"{p}.ndim", f"{x}.ndim"))
+    strided = st.name(torch.strided, "strided")
+    st.check(f"{x}.layout is not {strided}", f"{p}.layout is torch.strided", (f"{p}.layout", f"{x}.layout"))
     rg = f"{'not ' if spec.requires_grad else ''}{x}.requires_grad"
     st.check(rg, f"{p}.requires_grad is {spec.requires_grad}", (f"{p}.requires_grad", f"{x}.requires_grad"))
 
@@ -218,6 +220,8 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
 
     _captured_checks(st, specs.captured)
     _external_checks(st, specs.external)
+    _lifted_checks(st, specs.lifted)
+    _layout_checks(st, specs.layout_facts)
     unpinned = [g for g in solution.guards if not _is_pin(g.expr, solution.pinned)]
     needed = set(comp_symbols).union(*(g.expr.free_symbols() for g in unpinned))
     _read_symbols(st, needed, dict(solution.pinned))
@@ -279,6 +283,28 @@ def _external_checks(st: _Steps, guards: list[ObjGuard]) -> None:
         for k, v in g.names.items():
             st.glb.setdefault(k, v)
         _object_check(st, g.read, g.text, g.value)
+
+
+def _lifted_checks(st: _Steps, lifted: list) -> None:
+    """Tensors closed over from outside are passed as they are; an in-place change (a new version) or a new
+    shape or dtype means the entry does not apply (the identity of where they came from is a captured check)."""
+    for proxy, t in lifted:
+        x, shape = proxy.name, tuple(t.shape)
+        st.steps.append(f"{x} = {st.name(t, x)}")
+        st.check(f"{x}._version != {t._version}", f"the tensor closed over as {x} is unchanged since compile time "
+                 f"(version {t._version})", (f"{x}._version", f"{x}._version"))  # fmt: skip
+        dtype = st.name(t.dtype, str(t.dtype).removeprefix("torch."))
+        st.check(f"{x}.shape != {shape!r} or {x}.dtype is not {dtype}", f"the tensor closed over as {x} is "
+                 f"{t.dtype} of shape {shape}", (f"{x}.shape", f"{x}.shape"))  # fmt: skip
+
+
+def _layout_checks(st: _Steps, facts: list) -> None:
+    """`x.is_contiguous(memory_format=...)` answers that the trace read (ops/layouts.py)."""
+    for local, mf, value in facts:
+        fmt = st.name(mf, str(mf).removeprefix("torch."))
+        st.check(f"{local}.is_contiguous(memory_format={fmt}) is not {value}",
+                 f"{local}.is_contiguous(memory_format={mf}) is {value}", (f"{local}.is_contiguous({mf})",
+                 f"{local}.is_contiguous(memory_format={fmt})"))  # fmt: skip
 
 
 def _is_pin(e: E.Expr, pinned: dict[str, int]) -> bool:

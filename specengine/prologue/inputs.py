@@ -15,6 +15,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from specengine.codegen import call_signature, callable_target, check_call, module_of
+from specengine.errors import UnsupportedOpError
 from specengine.marks import Mark, marks_of
 from specengine.prologue.external import unwrap
 from specengine.prologue.state import StateBuilder, bound, captured
@@ -32,6 +33,7 @@ class TensorSpec:
     requires_grad: bool
     symbols: tuple[str, ...]
     contiguous: bool = True
+    formats: tuple = ()  # (memory format, is_contiguous in it), for guarded `is_contiguous(memory_format=...)`
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,8 @@ class InputSpecs:
     static_symbols: set[str] = field(default_factory=set)  # symbols of state (left out of the dispatch index)
     writes: list = field(default_factory=list)  # state updates the trace makes (trace/writes.py)
     external: list = field(default_factory=list)  # ObjGuards: bound self, defaults, partials (prologue/external.py)
+    lifted: list = field(default_factory=list)  # (proxy, tensor): tensors closed over from outside (ops/outside.py)
+    layout_facts: list = field(default_factory=list)  # (tensor local, memory format, bool) (ops/layouts.py)
 
     def leaves(self, state: bool = True) -> list:
         """Tensor, int and symbolic float specs, depth first (the order of the traced function's parameters);
@@ -180,6 +184,14 @@ def _data_descriptor(cls: type, attr: str) -> bool:
     return d is not None and (hasattr(type(d), "__set__") or hasattr(type(d), "__delete__"))
 
 
+_FORMATS = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
+
+
+def formats_of(t: torch.Tensor) -> tuple[tuple[torch.memory_format, bool], ...]:
+    """(memory format, whether `t` is contiguous in it) for the formats a program may ask about."""
+    return tuple((mf, bool(t.is_contiguous(memory_format=mf))) for mf in _FORMATS)
+
+
 def _local_name(path: str) -> str:
     return re.sub(r"\W+", "_", path).strip("_") or "x"
 
@@ -237,13 +249,16 @@ class _Builder:
         if isinstance(value, torch.Tensor) and self.tensors is not None and id(value) in self.tensors:
             return AliasSpec(path, local, self.tensors[id(value)].local)
         if isinstance(value, torch.Tensor):
+            if value.layout is not torch.strided:
+                raise UnsupportedOpError(f"a {value.layout} tensor input", f"argument {path}", "only strided (dense) tensors are "
+                                         "traced; convert it with .to_dense() before the call")  # fmt: skip
             syms, marks = [], marks_of(value)
             for d, size in enumerate(value.shape):
                 name = f"s{self.n_dims}"
                 self.n_dims += 1
                 syms.append(self.symbol(name, int(size), f"{path}.shape[{d}]", 0, marks.get(d)))
             spec = TensorSpec(path, local, type(value), value.dtype, value.device, value.requires_grad, tuple(syms),
-                              value.is_contiguous())  # fmt: skip
+                              value.is_contiguous(), formats_of(value))  # fmt: skip
             if self.tensors is not None:
                 self.tensors[id(value)] = spec
             return spec

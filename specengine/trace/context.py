@@ -43,6 +43,9 @@ class TraceState:
         self.scopes: list[list] = [[]]
         self.raises: list[bool] = [False]  # per scope: whether an op recorded there may raise at run time
         self.uses_default_dtype = False
+        self.lifted: list = []  # (proxy, tensor): tensors closed over from outside, inputs of the computation
+        self.input_formats: dict[str, tuple] = {}  # input tensor name -> its memory formats (ops/layouts.py)
+        self.layout_facts: list = []  # (tensor name, memory format, is_contiguous): checked by the prologue
         self.output_plan = None  # objects.OutputPlan where the output is not plain or an input was changed
         self.global_reads: dict[str, Any] = {}  # global torch state the function read (see effects.GETTERS)
         self.caught: Exception | None = None  # an error of the engine that a handler in the function observes

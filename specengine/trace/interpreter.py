@@ -111,12 +111,13 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     Returns:
         The trace (its parameters are the tensor and int leaves of the inputs) and the tracing state.
     """
-    from specengine.ops import ltorch  # noqa: F401 - registers the torch-level ops
+    from specengine.ops import layouts, ltorch, outside  # noqa: F401 - they register ops and Tensor attributes
     from specengine.ops.registry import TraceMode
 
     names = NameGen()
     state = TraceState(decider, names)
     shadows = objects.Shadows()
+    state.input_formats = {s.local: s.formats for s in specs.leaves() if isinstance(s, TensorSpec)}
     made: dict[str, Any] = {}
     values = [_proxy(p, names, specs.hints, shadows, made) for p in specs.params]
     state_values = [_proxy(p, names, specs.hints, shadows) for p in specs.state]
@@ -134,13 +135,14 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
         tensor_isinstance(),
         swapped_state(specs, state_values),
         effects.checked(target),
+        outside.unbound_methods(target),
     ):
         with (
             writes.recording(modules, inputs, specs.promoted) as recorder,
             writes.objects_unchanged(plain, target),
             shadows.constants_unchanged(),
         ):
-            out = fn(*args, **kwargs)
+            out = outside.lift(outside.call_user(fn, args, kwargs))  # a real tensor returned: its proxy
             state.sync_torch_state()  # a change the function did not undo: the computation leaves it too
         specs.writes = recorder.writes
         if specs.writes:  # module attributes `forward` assigned: the computation also returns their values
@@ -153,6 +155,9 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     specs.captured = captured_transitively(target, modules)  # baked in: the prologue guards them
     torch_settings.note_captured(state, specs.captured)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
+    specs.layout_facts = list(state.layout_facts)
+    specs.lifted = list(state.lifted)  # tensors closed over from outside: inputs the prologue passes as they are
+    params += tuple(proxy for proxy, _ in state.lifted)
     return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state
 
 

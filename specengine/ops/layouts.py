@@ -1,0 +1,46 @@
+"""Layout and memory format: static facts about the inputs, decided in the prologue.
+
+- `x.layout` is `torch.strided` for every traced tensor: inputs of another layout (sparse, mkldnn) are refused
+  when a call is described, and the prologue checks each input's layout.
+- `x.is_contiguous(memory_format=...)` of an input (or of a tensor closed over from outside) is the value seen at
+  compile time, and the prologue checks it on every call (a guarded fact). Strides of computed tensors are not
+  tracked: asking for them is refused. (`.contiguous(memory_format=...)` and `.to(memory_format=...)` are
+  torch-level ops that the torch executor runs as they are, so their outputs have eager's strides.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from specengine.prologue.inputs import formats_of
+from specengine.trace import context
+from specengine.trace.proxies import TensorProxy, unsupported
+
+
+def _layout(self: TensorProxy) -> torch.layout:
+    return torch.strided
+
+
+def is_contiguous(self: TensorProxy, memory_format: Any = torch.contiguous_format) -> bool:
+    """A guarded fact for inputs and closed-over tensors; refused for computed tensors."""
+    if not isinstance(memory_format, torch.memory_format):
+        raise TypeError(f"is_contiguous(): argument 'memory_format' must be torch.memory_format, not "
+                        f"{type(memory_format).__name__}")  # fmt: skip
+    state = context.require()
+    known = dict(state.input_formats.get(self.name, ()))
+    for proxy, t in state.lifted:
+        if proxy is self:
+            known = dict(formats_of(t))
+    if not known:
+        raise unsupported("Tensor.is_contiguous of a computed tensor", "strides of computed tensors are not tracked; "
+                          "ask about an input, or call .contiguous() unconditionally")  # fmt: skip
+    value = known.get(memory_format, False)  # (preserve_format: eager says False too)
+    if (self.name, memory_format, value) not in state.layout_facts:
+        state.layout_facts.append((self.name, memory_format, value))
+    return value
+
+
+TensorProxy.layout = property(_layout)
+TensorProxy.is_contiguous = is_contiguous

@@ -1,0 +1,229 @@
+"""Values that do not come from the inputs: constant factories and tensors closed over from outside.
+
+- A torch call without a proxy among its arguments and without a tensor among them (`torch.linspace(0, 1, 5)`,
+  `torch.tensor([1.0, 2.0])`, `torch.scalar_tensor(3)`, `torch.rand(3)`) that returns a tensor is a *constant
+  factory*: it is recorded as an op of the trace, so that the computation creates a fresh tensor on every call
+  (as eager does; a random one draws from the generator then). Its output's metadata comes from running it once
+  while tracing, with the CPU generator's state restored afterwards.
+- A real tensor that the traced code reads from outside its inputs (a global, a closure variable, an attribute
+  of a plain object) is *lifted*: it becomes an input of the computation with static sizes, and the prologue
+  passes that very tensor and checks its version (`t._version`), dtype and shape, so that an in-place change
+  outside (or a rebinding, through the identity guards on captured values) compiles a new entry.
+
+Both apply only to calls made by user code (or by torch's Python code that user code called); specengine's own
+helpers run torch eagerly while tracing and are left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dis
+import os
+import re
+import sys
+from typing import Any, Callable
+
+import torch
+
+from specengine.errors import UnsupportedOpError
+from specengine.provenance import _is_internal
+from specengine.trace import context, effects
+from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy, is_outside_tensor, unsupported
+from specengine.trace.symbol import Symbol, tree_leaves, tree_map
+
+_FACTORIES: dict[tuple[Callable, bool], Symbol] = {}
+_TORCH_DIR = torch.__file__.rsplit("/", 1)[0] + "/"
+
+
+def called_from_user(depth: int = 2) -> bool:
+    """Whether the torch call being dispatched was made by user code (torch's own Python frames are skipped)."""
+    frame = sys._getframe(depth)
+    while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
+        frame = frame.f_back
+    return frame is not None and not _is_internal(frame.f_code.co_filename)
+
+
+def real_tensors(tree: Any) -> list[torch.Tensor]:
+    """The tensors in `tree` that are neither proxies nor meta stand-ins."""
+    return [x for x in tree_leaves(tree) if is_outside_tensor(x) and not x.is_meta]
+
+
+def lift(tree: Any) -> Any:
+    """`tree` with each real tensor replaced by its lifted input proxy (see the module docstring)."""
+    state = context.require()
+
+    def fn(x: Any) -> Any:
+        if is_outside_tensor(x) and not x.is_meta:
+            return lifted_proxy(state, x)
+        return x
+
+    return tree_map(fn, tree)
+
+
+def lifted_proxy(state: Any, t: torch.Tensor) -> TensorProxy:
+    """The proxy standing for the real tensor `t` in this trace (one per tensor object)."""
+    for proxy, tensor in state.lifted:
+        if tensor is t:
+            return proxy
+    if t.layout is not torch.strided or t.is_quantized or type(t) not in (torch.Tensor, torch.nn.Parameter):
+        raise unsupported(f"a {t.layout} or subclass tensor closed over from outside", "pass it as an argument")
+    proxy = TensorProxy(state.names.fresh("closed"), tuple(t.shape), t.dtype, t.device, t.requires_grad)
+    state.lifted.append((proxy, t))
+    return proxy
+
+
+def constant_factory(func: Callable, args: tuple, kwargs: dict, random: bool = False) -> Any:
+    """Run `func`; if it returns a tensor, record it as an op of the trace instead (see the module docstring)."""
+    before = torch.get_rng_state()
+    try:
+        out = func(*args, **kwargs)
+        drew = random or not torch.equal(torch.get_rng_state(), before)
+    finally:
+        torch.set_rng_state(before)
+    if not isinstance(out, torch.Tensor) or out.is_meta:
+        return out if not drew else func(*args, **kwargs)  # (a random non-tensor: draw as eager does)
+    if out.layout is not torch.strided or type(out) is not torch.Tensor:
+        raise unsupported(f"{_name(func)} returning a {out.layout} tensor", "create it outside the compiled function")
+    _printable(func, args, kwargs)
+    sym = _FACTORIES.get((func, drew))
+    if sym is None:
+        sym = _FACTORIES[(func, drew)] = _factory_symbol(func, drew)
+    state = context.require()
+    if out.dtype.is_floating_point or out.dtype.is_complex:
+        state.uses_default_dtype = state.uses_default_dtype or "dtype" not in kwargs
+    token = _example.set(out)
+    try:
+        return state.record(sym, args, kwargs)
+    finally:
+        _example.reset(token)
+
+
+_example: contextvars.ContextVar[torch.Tensor] = contextvars.ContextVar("specengine_factory_example")
+
+
+def pinned_factory(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """A torch call without a rule whose only symbolic arguments are numbers: each is pinned (a guard records its
+    value), then it is a constant factory."""
+    reason = f"{_name(func)} has no symbolic rule: its number arguments are constants"
+
+    def pin(x: Any) -> Any:
+        if isinstance(x, NumberProxy):
+            return x._value(_name(func), reason) if x.python_type is not float else float(x)
+        return x
+
+    args, kwargs = tree_map(pin, (args, kwargs))
+    return constant_factory(func, args, kwargs)
+
+
+def _factory_symbol(func: Callable, random: bool) -> Symbol:
+    module, name = _print_path(func)
+
+    def meta(*args: Any, **kwargs: Any) -> TensorProxy:
+        out = _example.get()
+        return TensorProxy(context.require().names.fresh("t"), tuple(out.shape), out.dtype, out.device,
+                           out.requires_grad)  # fmt: skip
+
+    return Symbol(name, module, meta=meta, impl=func, pure=not random)
+
+
+def _printable(func: Callable, args: tuple, kwargs: dict) -> None:
+    from specengine.trace.trace import format_value
+
+    try:
+        format_value((args, kwargs))
+    except TypeError as e:
+        raise unsupported(f"{_name(func)} with these arguments", f"{e}; create the tensor outside the compiled "
+                          "function and pass it as an argument") from None  # fmt: skip
+
+
+def _print_path(func: Callable) -> tuple[str, str]:
+    name = _name(func)
+    module, _, short = name.rpartition(".")
+    return module or "torch", short
+
+
+def _name(func: Callable) -> str:
+    return torch.overrides.resolve_name(func) or getattr(func, "__name__", repr(func))
+
+
+def has_proxy(tree: Any) -> bool:
+    return any(isinstance(x, Proxy) for x in tree_leaves(tree))
+
+
+# Tensor methods called through the class: `torch.Tensor.add(x, y)`, `op = torch.Tensor.__radd__; op(x, 2)`.
+# torch's C methods check that `self` is a real tensor before any dispatch, so a call on a proxy cannot reach the
+# op table. The traced function's own closure variables holding such methods are swapped, while tracing, for
+# dispatchers to the proxy's bound method (the same table); a call that still reaches torch's check is refused.
+
+
+def _tensor_method_name(value: Any) -> str | None:
+    if getattr(value, "__objclass__", None) is torch._C.TensorBase:
+        return value.__name__
+    return None
+
+
+def _dispatcher(method: Any, name: str) -> Callable:
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(self, TensorProxy):
+            return getattr(self, name)(*args, **kwargs)
+        return method(self, *args, **kwargs)
+
+    return call
+
+
+@contextlib.contextmanager
+def unbound_methods(target: Callable) -> Any:
+    """While `target` is traced, its closure cells and the globals it reads that hold torch.Tensor's C methods hold
+    dispatchers instead (a dispatcher calls the method itself on real tensors)."""
+    swapped = []
+    for cell in getattr(target, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if (name := _tensor_method_name(value)) is not None:
+            swapped.append((cell, "cell_contents", value))
+            cell.cell_contents = _dispatcher(value, name)
+    glb, code = getattr(target, "__globals__", None), getattr(target, "__code__", None)
+    if isinstance(glb, dict) and code is not None:
+        for g in sorted(
+            {i.argval for c in effects._codes(code) for i in dis.get_instructions(c) if i.opname == "LOAD_GLOBAL"}
+        ):
+            if (name := _tensor_method_name(glb.get(g))) is not None:
+                swapped.append((glb, g, glb[g]))
+                glb[g] = _dispatcher(glb[g], name)
+    try:
+        yield
+    finally:
+        for holder, key, value in reversed(swapped):
+            if isinstance(holder, dict):
+                holder[key] = value
+            else:
+                holder.cell_contents = value
+
+
+_DESCRIPTOR = re.compile(r"descriptor '(\w+)' (?:for|requires a) '?torch\._C\.TensorBase'? .*'TensorProxy'")
+
+
+def call_user(fn: Callable, args: list, kwargs: dict) -> Any:
+    """Call `fn`; torch's refusal of a proxy as `self` of a Tensor method becomes an UnsupportedOpError."""
+    try:
+        return fn(*args, **kwargs)
+    except TypeError as e:
+        m = _DESCRIPTOR.search(str(e))
+        if m is None:
+            raise
+        where = _user_line(e.__traceback__)
+        raise UnsupportedOpError(f"torch.Tensor.{m.group(1)} called through the class", where,
+                                 f"call it as a method: x.{m.group(1)}(...)") from None  # fmt: skip
+
+
+def _user_line(tb: Any) -> str:
+    where = "<unknown>"
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not _is_internal(filename) and not filename.startswith(_TORCH_DIR):
+            where = f"{os.path.basename(filename)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
