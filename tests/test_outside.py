@@ -57,38 +57,52 @@ def test_factory_with_an_int_input_pins_it() -> None:
 
 
 C = torch.arange(5.0)
+TABLE = {"c": torch.arange(5.0)}
 
 
-def test_closed_over_tensor_is_an_input_guarded_by_version() -> None:
+def test_closed_over_tensors_are_inputs() -> None:
     def fn(x):
-        return x * C + C * 2 + torch.add(C, 1)
+        return x * C + TABLE["c"] * 2 + torch.add(TABLE["c"], 1)
 
     cfn = _sweep(fn, lambda n: [torch.randn(n, 5)])
-    C.add_(1)  # an in-place change outside: the entry no longer applies
+    C.add_(1)
+    TABLE["c"].add_(1)  # in-place changes outside: the computation reads the current values
+    try:
+        run_both(fn, cfn, [torch.randn(3, 5)])
+        assert specengine.cache_misses(cfn) == 1
+    finally:
+        C.sub_(1)
+        TABLE["c"].sub_(1)
+
+
+def test_closed_over_tensor_rebound_in_a_container() -> None:
+    def fn(x):
+        return x * TABLE["c"]
+
+    cfn = _sweep(fn, lambda n: [torch.randn(n, 5)])
+    old = TABLE["c"]
+    TABLE["c"] = torch.full((5,), 7.0)  # the entry checks that the place still holds the tensor it read
     try:
         run_both(fn, cfn, [torch.randn(3, 5)])
         assert specengine.cache_misses(cfn) == 2
-        assert "closed0._version = 1" in specengine.recompile_reasons(cfn)[-1]
-        run_both(fn, cfn, [torch.randn(4, 5)])
-        assert specengine.cache_misses(cfn) == 2
+        assert "still reached as <root>['TABLE']['c']" in specengine.recompile_reasons(cfn)[-1]
+        del TABLE["c"]
+        with pytest.raises(KeyError):
+            cfn(torch.randn(3, 5))
     finally:
-        C.sub_(1)
+        TABLE["c"] = old
 
 
-def test_closed_over_tensor_returned_and_rebound() -> None:
-    holder = {"t": torch.ones(2)}
-    t = holder["t"]
-
+def test_closed_over_tensor_returned() -> None:
     def fn(x):
-        return x + 1, t
+        return x + 1, TABLE["c"]
 
     cfn = specengine.compile(fn, dynamic=True)
-    out = cfn(torch.randn(3))
-    assert out[1] is t  # the very tensor, as eager returns it
+    assert cfn(torch.randn(3))[1] is TABLE["c"]  # the very tensor, as eager returns it
 
 
 def test_inplace_on_closed_over_tensor_is_refused() -> None:
-    cfn = specengine.compile(lambda x: (C.add_(1), x)[1], dynamic=True)
+    cfn = specengine.compile(lambda x: (TABLE["c"].add_(1), x)[1], dynamic=True)
     with pytest.raises(UnsupportedOpError, match="closed over from outside"):
         cfn(torch.randn(2))
 

@@ -30,7 +30,7 @@ def is_contiguous(self: TensorProxy, memory_format: Any = torch.contiguous_forma
                         f"{type(memory_format).__name__}")  # fmt: skip
     state = context.require()
     known = dict(state.input_formats.get(self.name, ()))
-    for proxy, t in state.lifted:
+    for proxy, t, _ in state.lifted:
         if proxy is self:
             known = dict(formats_of(t))
     if not known:

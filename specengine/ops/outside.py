@@ -22,6 +22,7 @@ import dis
 import os
 import re
 import sys
+import types
 from typing import Any, Callable
 
 import torch
@@ -63,14 +64,65 @@ def lift(tree: Any) -> Any:
 
 def lifted_proxy(state: Any, t: torch.Tensor) -> TensorProxy:
     """The proxy standing for the real tensor `t` in this trace (one per tensor object)."""
-    for proxy, tensor in state.lifted:
+    for proxy, tensor, _ in state.lifted:
         if tensor is t:
             return proxy
     if t.layout is not torch.strided or t.is_quantized or type(t) not in (torch.Tensor, torch.nn.Parameter):
         raise unsupported(f"a {t.layout} or subclass tensor closed over from outside", "pass it as an argument")
+    path = find_path(t, state.outside_roots)
+    if path is None:
+        raise unsupported("a tensor closed over from outside that is not reached from the function's globals or "
+                          "closure variables", "pass the tensor as an argument")  # fmt: skip
     proxy = TensorProxy(state.names.fresh("closed"), tuple(t.shape), t.dtype, t.device, t.requires_grad)
-    state.lifted.append((proxy, t))
+    state.lifted.append((proxy, t, path))
     return proxy
+
+
+_MAX_DEPTH = 3
+
+
+def find_path(t: torch.Tensor, roots: list) -> tuple | None:
+    """(root object, steps) by which the program reached `t`: a global or closure variable holding it through dicts
+    (str or int keys), lists, tuples and plain objects' attributes, a few levels deep; None if none does."""
+    for kind, name, value, holder in roots:
+        root, first = (holder, ("item", name)) if kind == "global" else (holder[name[0]], ("attr", "cell_contents"))
+        steps = _search(t, value, _MAX_DEPTH)
+        if steps is not None:
+            return root, (first, *steps)
+    return None
+
+
+def _search(t: torch.Tensor, value: Any, depth: int) -> tuple | None:
+    if value is t:
+        return ()
+    if depth == 0 or isinstance(value, (torch.Tensor, torch.nn.Module, type)) or callable(value):
+        return None
+    if isinstance(value, dict):
+        children = [(("item", k), v) for k, v in value.items() if type(k) in (str, int)]
+    elif isinstance(value, (list, tuple)):
+        children = [(("item", i), v) for i, v in enumerate(value)]
+    elif hasattr(value, "__dict__") and not isinstance(value, types.ModuleType):
+        children = [(("attr", k), v) for k, v in vars(value).items()]
+    else:
+        return None
+    for step, child in children:
+        found = _search(t, child, depth - 1)
+        if found is not None:
+            return (step, *found)
+    return None
+
+
+_MISSING = object()
+
+
+def reach(root: Any, steps: tuple) -> Any:
+    """Follow `steps` from `root` (the prologue's identity check of a lifted tensor); a missing link gives a sentinel."""
+    try:
+        for kind, key in steps:
+            root = root[key] if kind == "item" else getattr(root, key)
+    except (KeyError, IndexError, AttributeError, TypeError):
+        return _MISSING
+    return root
 
 
 def constant_factory(func: Callable, args: tuple, kwargs: dict, random: bool = False) -> Any:

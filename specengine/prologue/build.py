@@ -286,13 +286,17 @@ def _external_checks(st: _Steps, guards: list[ObjGuard]) -> None:
 
 
 def _lifted_checks(st: _Steps, lifted: list) -> None:
-    """Tensors closed over from outside are passed as they are; an in-place change (a new version) or a new
-    shape or dtype means the entry does not apply (the identity of where they came from is a captured check)."""
-    for proxy, t in lifted:
+    """Tensors closed over from outside (ops/outside.py) are passed as they are, so the computation reads their
+    current values; the place the program found each one must still hold it, with the same shape and dtype."""
+    from specengine.ops.outside import reach
+
+    for proxy, t, (root, steps) in lifted:
         x, shape = proxy.name, tuple(t.shape)
         st.steps.append(f"{x} = {st.name(t, x)}")
-        st.check(f"{x}._version != {t._version}", f"the tensor closed over as {x} is unchanged since compile time "
-                 f"(version {t._version})", (f"{x}._version", f"{x}._version"))  # fmt: skip
+        read = f"{st.name(reach, 'reach')}({st.name(root, 'root')}, {st.name(steps, 'steps')})"
+        text = "".join(f"[{k!r}]" if kind == "item" else f".{k}" for kind, k in steps)
+        st.check(f"{read} is not {x}", f"the tensor closed over as {x} is still reached as <root>{text}",
+                 (f"<root>{text}", read))  # fmt: skip
         dtype = st.name(t.dtype, str(t.dtype).removeprefix("torch."))
         st.check(f"{x}.shape != {shape!r} or {x}.dtype is not {dtype}", f"the tensor closed over as {x} is "
                  f"{t.dtype} of shape {shape}", (f"{x}.shape", f"{x}.shape"))  # fmt: skip

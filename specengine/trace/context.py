@@ -43,7 +43,8 @@ class TraceState:
         self.scopes: list[list] = [[]]
         self.raises: list[bool] = [False]  # per scope: whether an op recorded there may raise at run time
         self.uses_default_dtype = False
-        self.lifted: list = []  # (proxy, tensor): tensors closed over from outside, inputs of the computation
+        self.lifted: list = []  # (proxy, tensor, path): tensors closed over from outside, inputs of the computation
+        self.outside_roots: list = []  # the globals and closure variables the traced function reads (effects.py)
         self.input_formats: dict[str, tuple] = {}  # input tensor name -> its memory formats (ops/layouts.py)
         self.layout_facts: list = []  # (tensor name, memory format, is_contiguous): checked by the prologue
         self.output_plan = None  # objects.OutputPlan where the output is not plain or an input was changed

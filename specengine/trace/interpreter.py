@@ -125,6 +125,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     args, kwargs = _call_args(specs.signature, values)
     target = unwrap(callable_target(fn))[0]  # the function under partials and bound methods
     _check_function(target)
+    state.outside_roots = effects.captured_values(target)  # where tensors closed over from outside are found
     modules = [m for _, _, m in specs.modules]
     inputs = _attribute_inputs(modules, specs.promoted)
     plain = [d for k, d in specs.roots.items() if k.startswith("_obj_")]  # bound `self` of plain objects
@@ -157,7 +158,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
     specs.layout_facts = list(state.layout_facts)
     specs.lifted = list(state.lifted)  # tensors closed over from outside: inputs the prologue passes as they are
-    params += tuple(proxy for proxy, _ in state.lifted)
+    params += tuple(proxy for proxy, _, _ in state.lifted)
     return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state
 
 
