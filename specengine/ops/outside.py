@@ -51,7 +51,10 @@ def real_tensors(tree: Any) -> list[torch.Tensor]:
 
 
 def lift(tree: Any) -> Any:
-    """`tree` with each real tensor replaced by its lifted input proxy (see the module docstring)."""
+    """`tree` with each real tensor replaced by its lifted input proxy (see the module docstring); `tree` itself
+    when it holds none (containers are not rebuilt)."""
+    if not real_tensors(tree):
+        return tree
     state = context.require()
 
     def fn(x: Any) -> Any:
