@@ -130,12 +130,13 @@ def reach(root: Any, steps: tuple) -> Any:
 
 def constant_factory(func: Callable, args: tuple, kwargs: dict, random: bool = False) -> Any:
     """Run `func`; if it returns a tensor, record it as an op of the trace instead (see the module docstring)."""
-    before = torch.get_rng_state()
+    gen = torch.default_generator  # (its own methods: torch.get_rng_state is traced while tracing)
+    before = gen.get_state()
     try:
         out = func(*args, **kwargs)
-        drew = random or not torch.equal(torch.get_rng_state(), before)
+        drew = random or not torch.equal(gen.get_state(), before)
     finally:
-        torch.set_rng_state(before)
+        gen.set_state(before)
     if not isinstance(out, torch.Tensor) or out.is_meta:
         return out if not drew else func(*args, **kwargs)  # (a random non-tensor: draw as eager does)
     if out.layout is not torch.strided or type(out) is not torch.Tensor:
