@@ -1245,9 +1245,8 @@ def test_saved_and_restored_random_state_is_replayed():
 
 
 def test_random_draws_and_setting_changes_are_refused():
-    def draw(x):
-        return x + torch.rand(3)
-
+    # (a random factory with constant arguments, `x + torch.rand(3)`, is an op of the computation that draws on
+    # every call: tests/test_outside.py)
     def seed_only(x):
         torch.seed()
         return x
@@ -1256,7 +1255,7 @@ def test_random_draws_and_setting_changes_are_refused():
         torch.set_default_dtype(torch.float64)
         return x
 
-    for fn in (draw, seed_only, set_dtype):
+    for fn in (seed_only, set_dtype):
         cfn = specengine.compile(fn, dynamic=True)
         with pytest.raises(UnsupportedOpError):
             cfn(torch.randn(3))
