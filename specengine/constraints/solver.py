@@ -284,16 +284,17 @@ class Solver:
         for group in components([c.expr for c in constraints]):
             members = [(i, constraints[i]) for i in group]
             members = [members[j] for j in self._minimize_group([c for _, c in members])]
-            pruned = _prune_disjuncts([c for _, c in members])
-            if any(p is not c for p, (_, c) in zip(pruned, members)):
+            pruned, refuters = _prune_disjuncts([c for _, c in members])
+            if refuters:  # only a refuting guard can have become implied (by the stronger-looking pruned one)
                 members = [(i, p) for (i, _), p in zip(members, pruned)]
-                members = [members[j] for j in self._minimize_group([c for _, c in members])]
+                members = [members[j] for j in self._minimize_group([c for _, c in members], refuters)]
             kept += members
         return [c for _, c in sorted(kept, key=lambda t: t[0])]
 
-    def _minimize_group(self, constraints: list[Constraint]) -> list[int]:
-        """The indices of `constraints` kept. Each constraint is translated once and guarded by an indicator literal;
-        a query assumes the indicators of the constraints still kept. Interval bounds settle some without z3."""
+    def _minimize_group(self, constraints: list[Constraint], candidates: set[int] | None = None) -> list[int]:
+        """The indices of `constraints` kept (only `candidates` may go, when given). Each constraint is translated
+        once and guarded by an indicator literal; a query assumes the indicators of the constraints still kept.
+        Interval bounds settle some without z3."""
         kept = [i for i, c in enumerate(constraints) if decide_by_bounds(c.expr, self.ranges) is not True]
         if not kept:
             return []
@@ -302,7 +303,7 @@ class Solver:
         flags = {i: z3.Bool(f"__keep{i}") for i in kept}
         symbols = set().union(*(constraints[i].expr.free_symbols() for i in kept))
         solver = self._z3(self._range_facts(symbols, env) + [z3.Implies(flags[i], terms[i]) for i in kept])
-        for i in list(kept):
+        for i in [i for i in kept if candidates is None or i in candidates]:
             others = tuple(flags[j] for j in kept if j != i)
             if self._check(solver, [z3.Not(terms[i])], f"minimizing {constraints[i]}", others) == z3.unsat:
                 kept.remove(i)
@@ -342,16 +343,19 @@ def components(exprs: list[E.Expr]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _prune_disjuncts(constraints: list[Constraint]) -> list[Constraint]:
-    """Each `or` guard without the disjuncts whose negation is another guard (equivalent under the others)."""
-    facts = {E.normalize(c.expr): c for c in constraints}
-    out = []
+def _prune_disjuncts(constraints: list[Constraint]) -> tuple[list[Constraint], set[int]]:
+    """Each `or` guard without the disjuncts whose negation is another guard (equivalent under the others),
+    and the indices of the guards that refuted a disjunct."""
+    facts = {E.normalize(c.expr): i for i, c in enumerate(constraints)}
+    out, refuters = [], set()
     for c in constraints:
         if c.expr.op == "or":
-            rest = [d for d in c.expr.args if facts.get(E.normalize(E.not_(d)), c) is c]
+            found = {d: facts.get(E.normalize(E.not_(d))) for d in c.expr.args}
+            rest = [d for d, j in found.items() if j is None]
+            refuters |= {j for j in found.values() if j is not None}
             c = Constraint(E.or_(*rest), c.provenance) if len(rest) < len(c.expr.args) else c
         out.append(c)
-    return out
+    return out, refuters
 
 
 def _expression_pins(constraints: list[Constraint]) -> dict[E.Expr, int]:
