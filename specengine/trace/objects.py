@@ -26,13 +26,13 @@ from torch.utils import _pytree as pytree
 from specengine.constraints.expr import Expr
 from specengine.constraints.floats import FloatExpr
 from specengine.trace.proxies import NumberProxy, Proxy, unflatten_size, unsupported
+from specengine.trace.writes import revert_changes
 
 Build = Callable[[tuple, tuple, dict], Any]  # (computed leaves, caller's objects, per-call memo) -> value
 _IMMUTABLE = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis), slice, range, torch.dtype,
               torch.device, torch.layout, torch.memory_format)  # fmt: skip
 
 
-_MISSING = object()
 _NOT_WATCHED = (type, types.FunctionType, types.MethodType, types.ModuleType, torch.nn.Module, torch.Tensor)
 
 
@@ -65,11 +65,9 @@ class Shadows:
         finally:
             changed = []
             for path, value, state, old in before:
-                diff = sorted(k for k in set(state) | set(old) if state.get(k, _MISSING) is not old.get(k, _MISSING))
+                diff = revert_changes(state, old)
                 if diff:
                     changed.append((path, value, diff[0]))
-                    state.clear()
-                    state.update(old)
         if changed and not failed:
             path, value, attr = changed[0]
             raise unsupported(f"changing {path}.{attr} (a {type(value).__name__}, which is not a plain object)",

@@ -148,6 +148,15 @@ def recording(modules: list, inputs: set[tuple[int, str]], promoted: frozenset) 
         rec.writes = rec.finish()
 
 
+def revert_changes(d: dict, old: dict) -> list:
+    """The keys whose value in `d` is not (identically) the one in its snapshot `old`, sorted; `d` is put back."""
+    changed = sorted(k for k in set(d) | set(old) if d.get(k, _MISSING) is not old.get(k, _MISSING))
+    if changed:
+        d.clear()
+        d.update(old)
+    return changed
+
+
 @contextmanager
 def objects_unchanged(dicts: list[dict], target: Callable) -> Iterator[None]:
     """Attribute writes on plain objects (a bound method's `self`) cannot be intercepted: compare their `__dict__`
@@ -162,12 +171,7 @@ def objects_unchanged(dicts: list[dict], target: Callable) -> Iterator[None]:
         yield
         failed = False
     finally:
-        changed = []
-        for d, old in before:
-            changed += sorted(k for k in set(d) | set(old) if d.get(k, _MISSING) is not old.get(k, _MISSING))
-            if changed:
-                d.clear()
-                d.update(old)
+        changed = [k for d, old in before for k in revert_changes(d, old)]
     if changed and not failed:
         code = getattr(target, "__code__", None)
         where = f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}" if code else "<unknown>"
