@@ -6,6 +6,7 @@ when it does not import, its engines are `unavailable` ("not installed") and eve
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ class Engine:
         build: compiles a function or module; returns the callable to time and count.
         count: compiles (cache misses) of a callable that `build` returned, or None if unknown.
         unavailable: why the engine cannot run here (e.g. "not installed"), or None.
+        settings: a context manager for a scenario's peer settings (torch.compile: `torch._dynamo.config`).
+        breaks: graph breaks so far in this process (torch.compile), or None.
     """
 
     key: str
@@ -36,6 +39,8 @@ class Engine:
     build: Callable[[Callable], Callable] = lambda fn: fn
     count: Callable[[Callable], int | None] = lambda cfn: 0
     unavailable: str | None = None
+    settings: Callable[[dict], Any] = lambda config: contextlib.nullcontext()
+    breaks: Callable[[], int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -93,8 +98,12 @@ def torch_compile(dynamic: bool | None, counting: bool) -> Engine:
         counter = counters[id(cfn)][1]
         return counter[0] if counting else counter[0] + torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
+    def breaks() -> int:
+        return sum(torch._dynamo.utils.counters["graph_break"].values())
+
     key = {True: "tc_dyn", None: "tc_auto", False: "tc_static"}[dynamic]
-    return Engine(key, f"torch.compile(dynamic={dynamic})", build, count)
+    return Engine(key, f"torch.compile(dynamic={dynamic})", build, count,
+                  settings=lambda config: torch._dynamo.config.patch(**config), breaks=breaks)  # fmt: skip
 
 
 def thunder_status() -> str | None:

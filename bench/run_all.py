@@ -466,6 +466,8 @@ def _scenario_cell(r: dict, notes: list[str]) -> str:
         return r["unsupported"]
     misses = "?" if r["misses"] is None else r["misses"]
     cell = f"{misses} / {r['wrong']}"
+    if r.get("breaks"):
+        cell += f" ({r['breaks']} graph break{'s' if r['breaks'] > 1 else ''})"
     for e in r["errors"]:  # one footnote per distinct error text
         if e not in notes:
             notes.append(e)
@@ -504,7 +506,10 @@ def render_scenarios(res: dict) -> list[str]:
     out += ["", "misses = compiles (specengine: cache misses; torch.compile: graphs handed to a counting backend "
                 "that runs them as is, so a graph break counts too; Thunder: `thunder.cache_misses`). wrong = calls "
                 "whose result differs from eager under `torch.testing.assert_close`, or where exactly one of eager and "
-                "the engine raised. Recompile limits are raised to 1000 everywhere. Lower is better."]  # fmt: skip
+                "the engine raised (an `UnsupportedOpError` is shown as unsupported instead). Recompile limits are "
+                "raised to 1000 everywhere. Lower is better. The data-dependent scenarios (masks, `.item()`, unique, "
+                "MoE routing) run torch.compile with `capture_scalar_outputs=True` and "
+                "`capture_dynamic_output_shape_ops=True`; graph breaks it still takes are counted beside its graphs."]  # fmt: skip
     if notes:
         out += ["", "Errors (where the engine raised and eager did not, or the result differed):", ""]
         out += [f"[{i}] {n}  " for i, n in enumerate(notes, 1)]
