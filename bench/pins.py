@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import opinfo_run as R  # noqa: E402
 
-from specengine.trace import symnode as S  # noqa: E402
+from specengine.trace import kernel_decisions as K  # noqa: E402
 
 
 def main() -> None:
@@ -34,14 +34,14 @@ def main() -> None:
     for name in names:
         R.run_op(ops[name], "specengine", args.samples, False, 60)
     kinds: dict[str, Counter] = {}
-    for (op, kind), n in S.PINS.items():
+    for (op, kind), n in K.PINS.items():
         kinds.setdefault(op, Counter())[kind] += n
-    report = S.pin_report()
+    report = K.pin_report()
     print(f"{len(report)} torch ops pinned sizes over {len(names)} OpInfo ops ({args.samples} samples each)")
     for op, n in report.items():
         print(f"  {n:4d}  {op:55s} {dict(kinds[op])}")
-    layout = sum(S.LAYOUT_DECISIONS.values())
-    print(f"layout questions answered by the hints without a guard: {layout} (in {len(S.LAYOUT_DECISIONS)} ops)")
+    layout = sum(K.LAYOUT_DECISIONS.values())
+    print(f"layout questions answered by the hints without a guard: {layout} (in {len(K.LAYOUT_DECISIONS)} ops)")
 
 
 if __name__ == "__main__":

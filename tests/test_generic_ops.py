@@ -14,6 +14,8 @@ from helpers import counts, guards, run_both
 import specengine
 from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
+from specengine.trace import kernel_decisions as K
+from specengine.trace import shape_env as SE
 from specengine.trace import symnode as S
 from specengine.trace.context import NameGen, TraceState, tracing
 
@@ -52,7 +54,7 @@ def test_division_checks_the_divisor_and_floors(state):
 
 def test_decisions_become_constraints_with_provenance(state):
     a, b = _si("s0"), _si("s1")
-    with S.running_op("torch.foo"):
+    with K.running_op("torch.foo"):
         assert bool(a > b)
         assert not (a == 1)
     recorded = state.decider.constraints
@@ -65,12 +67,12 @@ def test_decisions_become_constraints_with_provenance(state):
 
 
 def test_guard_int_pins_and_is_counted(state):
-    S.PINS.clear()
-    with S.running_op("torch.bar"):
+    K.PINS.clear()
+    with K.running_op("torch.bar"):
         assert int(_si("s0")) == 5
         assert float(_si("s1")) == 3.0  # sym_float pins too
     assert [str(c.expr) for c in state.decider.constraints] == ["s0 == 5", "s1 == 3"]
-    assert S.pin_report() == {"torch.bar": 2}
+    assert K.pin_report() == {"torch.bar": 2}
 
 
 @pytest.mark.filterwarnings("ignore:guard_size_oblivious")
@@ -112,8 +114,8 @@ def test_layout_predicates_record_nothing(state):
 
 
 def test_data_dependent_sizes_are_refused(state):
-    with pytest.raises(S.DataDependentError):
-        S.SHAPE_ENV.create_unbacked_symint()
+    with pytest.raises(SE.DataDependentError):
+        SE.SHAPE_ENV.create_unbacked_symint()
 
 
 # Ops through the generic path, against eager, with exact miss counts.
@@ -167,10 +169,10 @@ def test_topk_guards_k_against_the_size():
 
 
 def test_interpolate_pins_the_size_and_reports_it():
-    S.PINS.clear()
+    K.PINS.clear()
     cfn = _sweep(lambda a: F.interpolate(a, scale_factor=2), lambda n: [torch.randn(1, 2, n + 1)], [1, 2, 2])
     assert counts(cfn) == (2, 1)
-    assert S.pin_report().get("torch.nn.functional.interpolate", 0) >= 1
+    assert K.pin_report().get("torch.nn.functional.interpolate", 0) >= 1
 
 
 @pytest.mark.parametrize("fn", [torch.nonzero, lambda a: torch.masked_select(a, a > 0), torch.unique,

@@ -27,6 +27,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from specengine.errors import UnsupportedOpError
 from specengine.trace import context
+from specengine.trace import kernel_decisions as K
+from specengine.trace import shape_env as SE
 from specengine.trace import symnode as S
 from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy, unsupported
 from specengine.trace.symbol import Symbol
@@ -95,7 +97,7 @@ class _MetaMode(TorchDispatchMode):
         if _RANDOM_TAG is not None and _RANDOM_TAG in func.tags:
             self.random = True
         if any(tag in func.tags for tag in _REFUSED_TAGS) and not _integer_indexing(func, args):
-            raise S.DataDependentError(f"{func} has a data-dependent output")
+            raise SE.DataDependentError(f"{func} has a data-dependent output")
         if func is _EMPTY_STRIDED:  # strides are not modelled: a contiguous stand-in needs no storage-size guards
             return torch.empty(args[0], dtype=kwargs.get("dtype"), device="meta")
         try:
@@ -197,11 +199,11 @@ def _run_meta(func: Callable, name: str, margs: tuple, mkwargs: dict, mode: _Met
     errors = []
     for python_dispatcher in (True, False):
         try:
-            with S.running_op(name), torch._C.DisableTorchFunction(), _dispatcher(python_dispatcher), mode:
+            with K.running_op(name), torch._C.DisableTorchFunction(), _dispatcher(python_dispatcher), mode:
                 return func(*margs, **mkwargs)
         except UnsupportedOpError:
             raise
-        except S.DataDependentError as e:
+        except SE.DataDependentError as e:
             raise unsupported(
                 name, f"its output size is data-dependent ({e}); run it outside the compiled function"
             ) from None

@@ -15,127 +15,14 @@ from __future__ import annotations
 
 import math
 import operator
-import os
-import sys
-from collections import Counter
 from typing import Any, Callable
 
 import torch
 
 from specengine.constraints import expr as E
 from specengine.constraints import floats
-from specengine.trace import context
-
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-# Over-specialization by torch's kernels: (op, kind) -> how many sizes a kernel pinned (guard_int and friends).
-PINS: Counter = Counter()
-_ops: list[str] = []  # the generic ops being run, innermost last
-
-
-def current_op() -> str:
-    return _ops[-1] if _ops else "meta kernel"
-
-
-class running_op:
-    """Context manager naming the op whose kernel decides (for provenance and the pin report)."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __enter__(self) -> None:
-        _ops.append(self.name)
-
-    def __exit__(self, *exc: Any) -> None:
-        _ops.pop()
-
-
-def pin_report() -> dict[str, int]:
-    """Per op, how many sizes torch's kernels pinned (each pin is a recorded equality guard)."""
-    out: Counter = Counter()
-    for (op, _), n in PINS.items():
-        out[op] += n
-    return dict(out.most_common())
-
-
-def kernel_site() -> str:
-    """The innermost torch source line on the stack (where a Python kernel decided), or 'C++ kernel'."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if name.startswith(_TORCH_DIR) and "fx/experimental" not in name and not name.endswith("overrides.py"):
-            return f"torch/{name[len(_TORCH_DIR) :]}:{frame.f_lineno}"
-        if not name.startswith((_TORCH_DIR, _HERE)) and "specengine" not in name:
-            break
-        frame = frame.f_back
-    return "C++ kernel"
-
-
-def _state() -> Any:
-    return context.require()
-
-
-# torch's layout predicates: their answers set the strides of meta outputs only, and our proxies carry no
-# strides (the real op computes its real layout at run time), so they are answered by the hints, unrecorded.
-_LAYOUT_FUNCTIONS = frozenset({
-    "_check_strides_helper", "check_significant_strides", "check_all_strides", "check_contiguous_sizes_strides",
-    "is_contiguous", "is_contiguous_or_false", "is_channels_last_contiguous_2d", "is_channels_last_contiguous_3d",
-    "is_channels_last_contiguous", "is_channels_last_contiguous_or_false", "is_channels_last_contiguous_or_false_2d",
-    "is_channels_last_contiguous_or_false_3d", "is_contiguous_for_memory_format",
-    "is_contiguous_for_memory_format_or_false", "is_non_overlapping_and_dense", "_is_non_overlapping_and_dense_or_false",
-    "is_non_overlapping_and_dense_or_false", "compute_elementwise_output_logical_to_physical_perm",
-    "compute_elementwise_output_strides", "make_contiguous_strides_for", "make_channels_last_1d_strides_for",
-    "make_channels_last_2d_strides_for", "make_channels_last_3d_strides_for", "make_channels_last_strides_for",
-    "suggest_memory_format", "_compute_elementwise_output_strides", "is_channels_last_strides_2d",
-    "is_channels_last_strides_3d",
-})  # fmt: skip
-LAYOUT_DECISIONS: Counter = Counter()  # per op: layout questions answered by the hints (no guard needed)
-
-
-def _in_layout_function(kind: str) -> bool:
-    """Whether the decision comes from one of torch's layout predicates (its Python frames, our own skipped)."""
-    frame = sys._getframe(2)
-    for _ in range(16):
-        if frame is None:
-            return False
-        name = frame.f_code.co_filename
-        if name.startswith(_TORCH_DIR) and frame.f_code.co_name in _LAYOUT_FUNCTIONS:
-            return True
-        if not name.startswith((_TORCH_DIR, _HERE)):
-            return False
-        frame = frame.f_back
-    return False
-
-
-def _decide_or(b: E.Expr, default: bool) -> bool:
-    """torch's guard_or_false/true: `default` is always a safe answer (the kernel's general path, which checks what
-    it needs with torch._check), so it is given unrecorded unless the hint or the constraints say otherwise."""
-    if b.op == "bconst":
-        return b.value
-    if bool(_hint(b)) == default:
-        return default
-    return _decide(b, f"guard_or_{str(default).lower()}")
-
-
-def _decide(b: E.Expr, kind: str) -> bool:
-    if b.op == "bconst":
-        return b.value
-    if _in_layout_function(kind):
-        LAYOUT_DECISIONS[current_op()] += 1
-        return bool(_hint(b))
-    return _state().decide(b, current_op(), f"{kind} {b} ({kernel_site()})")
-
-
-def _pin(e: E.Expr, kind: str) -> int:
-    if e.op == "const":
-        return e.value
-    PINS[(current_op(), kind)] += 1
-    return _state().pin(e, current_op(), f"{kind} pins {e} ({kernel_site()})")
-
-
-def _hint(e: E.Expr) -> Any:
-    return e.eval(_state().decider.hints)
+from specengine.trace import kernel_decisions as K
+from specengine.trace import shape_env as SE
 
 
 class ExprNode:
@@ -193,7 +80,7 @@ class ExprNode:
 
     @property
     def hint(self) -> Any:
-        return self._fval() if self.pytype is float else _hint(self.expr_)
+        return self._fval() if self.pytype is float else K.hint(self.expr_)
 
     @property
     def _hint(self) -> Any:
@@ -204,15 +91,15 @@ class ExprNode:
 
     @property
     def expr(self) -> Any:
-        return _ExprView(self.expr_) if self.pytype is not float else self._fval()
+        return SE.ExprView(self.expr_) if self.pytype is not float else self._fval()
 
     @property
     def _expr(self) -> Any:
         return self.expr
 
     @property
-    def shape_env(self) -> ShapeEnvStandIn:
-        return SHAPE_ENV
+    def shape_env(self) -> SE.ShapeEnvStandIn:
+        return SE.SHAPE_ENV
 
     @property
     def constant(self) -> Any:
@@ -266,39 +153,39 @@ class ExprNode:
     # Decisions: each one is decided by the Decider (a constraint with provenance unless implied).
 
     def guard_bool(self, file: str = "", line: int = 0) -> bool:
-        return _decide(self._as_bool(), "guard_bool")
+        return K.decide(self._as_bool(), "guard_bool")
 
     def bool_(self) -> bool:
-        return _decide(self._as_bool(), "bool")
+        return K.decide(self._as_bool(), "bool")
 
     def expect_true(self, file: str = "", line: int = 0) -> bool:
-        return _decide(self._as_bool(), "expect_true")
+        return K.decide(self._as_bool(), "expect_true")
 
     def expect_size(self, file: str = "", line: int = 0) -> bool:
-        return _decide(E.ge(self.expr_, 0), "expect_size")
+        return K.decide(E.ge(self.expr_, 0), "expect_size")
 
     def guard_size_oblivious(self, file: str = "", line: int = 0) -> bool:
-        return _decide(self._as_bool(), "guard_size_oblivious")  # our sizes are backed: an ordinary decision
+        return K.decide(self._as_bool(), "guard_size_oblivious")  # our sizes are backed: an ordinary decision
 
     def guard_or_false(self, file: str = "", line: int = 0) -> bool:
-        return _decide_or(self._as_bool(), False)
+        return K.decide_or(self._as_bool(), False)
 
     def guard_or_true(self, file: str = "", line: int = 0) -> bool:
-        return _decide_or(self._as_bool(), True)
+        return K.decide_or(self._as_bool(), True)
 
     def statically_known_true(self, file: str = "", line: int = 0) -> bool:
-        return SHAPE_ENV.known(self._as_bool()) is True
+        return SE.SHAPE_ENV.known(self._as_bool()) is True
 
     def guard_int(self, file: str = "", line: int = 0) -> int:
-        return _pin(self.expr_, "guard_int")
+        return K.pin(self.expr_, "guard_int")
 
     def int_(self) -> int:
-        return _pin(self.expr_, "int")
+        return K.pin(self.expr_, "int")
 
     def guard_float(self, file: str = "", line: int = 0) -> float:
         if self.pytype is float:
             return self._fval()
-        return float(_pin(self.expr_, "guard_float"))
+        return float(K.pin(self.expr_, "guard_float"))
 
     def evaluate(self) -> Any:
         return self.guard_float() if self.pytype is float else self.guard_bool() if self.is_bool() else self.int_()
@@ -313,7 +200,7 @@ class ExprNode:
     def sym_float(self) -> ExprNode:
         if self.pytype is float:
             return self
-        return self.wrap_float(float(_pin(self._as_int(), "sym_float")))
+        return self.wrap_float(float(K.pin(self._as_int(), "sym_float")))
 
     def sym_int(self) -> ExprNode:
         return self if self.pytype is int else self.wrap_int(int(self._fval()))
@@ -340,7 +227,7 @@ def _int_binary(name: str, build: Callable, py: Callable, zero_check: bool = Fal
         if self.pytype is float or other.pytype is float:
             return self.wrap_float(py(_concrete(self), _concrete(other)))
         a, b = self._as_int(), other._as_int()
-        if zero_check and not _decide(E.ne(b, 0), name):
+        if zero_check and not K.decide(E.ne(b, 0), name):
             raise ZeroDivisionError("integer division or modulo by zero")
         return ExprNode(build(a, b), int)
 
@@ -364,8 +251,8 @@ def _concrete(n: ExprNode) -> Any:
     if n.pytype is float:
         return n._fval()
     if n.pytype is bool:
-        return _decide(n.expr_, "concrete bool")
-    return _pin(n.expr_, "float arithmetic")
+        return K.decide(n.expr_, "concrete bool")
+    return K.pin(n.expr_, "float arithmetic")
 
 
 def _float_op(name: str, py: Callable) -> Callable:
@@ -452,7 +339,7 @@ def _sym_ite(self: ExprNode, then: Any, other: Any) -> ExprNode:
     then, other = _node_of(then), _node_of(other)
     if then.pytype is int and other.pytype is int:
         return ExprNode(E.ite(self._as_bool(), then.expr_, other.expr_), int)
-    return then if _decide(self._as_bool(), "sym_ite") else other
+    return then if K.decide(self._as_bool(), "sym_ite") else other
 
 
 def _and(self: ExprNode, other: Any) -> ExprNode:
@@ -532,112 +419,6 @@ ExprNode.is_non_overlapping_and_dense_indicator = lambda self, sizes, strides: s
 )
 
 
-class DataDependentError(RuntimeError):
-    """A kernel asked for a data-dependent (unbacked) size, which the generic path does not model yet."""
-
-
-class ShapeEnvStandIn:
-    """The few `ShapeEnv` methods that torch's Python helpers call on a node's `shape_env`.
-
-    Static evaluation consults the Decider without recording; evaluation with a fallback decides (records).
-    """
-
-    prefer_deferred_runtime_asserts_over_guards = False
-    var_to_range: dict = {}
-    var_to_val: dict = {}
-    replacements: dict = {}
-    unbacked_var_to_val: dict = {}
-    deferred_runtime_asserts: dict = {}
-
-    def known(self, b: Any) -> bool | None:
-        b = b.e if isinstance(b, _ExprView) else b
-        b = b if isinstance(b, E.Expr) else _node_of(b)._as_bool()
-        if b.op == "bconst":
-            return b.value
-        value = bool(_hint(b))
-        return value if _state().decider.implied(b, value) else None
-
-    def _maybe_evaluate_static(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        expr = expr.e if isinstance(expr, _ExprView) else expr
-        if isinstance(expr, E.Expr) and not expr.is_bool:
-            return expr.value if expr.is_const else None
-        return self.known(expr)
-
-    def evaluate_sym_node(self, node: ExprNode, size_oblivious: bool = False, fallback_value: Any = None) -> Any:
-        if not node.is_bool():
-            return node.int_()
-        if isinstance(fallback_value, bool):
-            return _decide_or(node._as_bool(), fallback_value)
-        return _decide(node._as_bool(), "guard")
-
-    def evaluate_expr(self, expr: Any, hint: Any = None, fx_node: Any = None, **kwargs: Any) -> Any:
-        expr = expr.e if isinstance(expr, _ExprView) else expr
-        return _decide(expr, "evaluate_expr") if expr.is_bool else _pin(expr, "evaluate_expr")
-
-    def optimization_hint(self, expr: Any, fallback: Any = None) -> Any:
-        return _hint(expr.e if isinstance(expr, _ExprView) else expr)
-
-    size_hint = optimization_hint
-
-    def bound_sympy(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
-        return _Bounds(expr)
-
-    def is_unbacked_symint(self, expr: Any) -> bool:
-        return False
-
-    def create_unbacked_symint(self, *args: Any, **kwargs: Any) -> Any:
-        raise DataDependentError("the output size is data-dependent (an unbacked symbol)")
-
-    create_unbacked_symfloat = create_unbacked_symbool = create_unbacked_symint
-
-    def _constrain_range_for_size(self, *args: Any, **kwargs: Any) -> None:
-        raise DataDependentError("the output size is data-dependent (an unbacked symbol)")
-
-    _constrain_range = _constrain_is_bounded = _constrain_range_for_size
-
-    def defer_runtime_assert(self, expr: Any, msg: str, fx_node: Any = None) -> bool:
-        return _decide(expr, "runtime assert")
-
-    def guard_or_defer_runtime_assert(self, expr: Any, msg: str, fx_node: Any = None) -> bool:
-        return _decide(expr, "runtime assert")
-
-
-class _ExprView:
-    """What torch's Python helpers read as `node.expr` (they expect sympy): free symbols and constness."""
-
-    __slots__ = ("e",)
-
-    def __init__(self, e: E.Expr):
-        self.e = e
-
-    @property
-    def free_symbols(self) -> set:
-        import sympy
-
-        return {sympy.Symbol(f"s_{name}", integer=True) for name in self.e.free_symbols()}  # "s": backed sizes
-
-    @property
-    def is_number(self) -> bool:
-        return self.e.is_const
-
-    is_Integer = is_number
-    is_Symbol = False
-
-    def __str__(self) -> str:
-        return str(self.e)
-
-
-class _Bounds:
-    def __init__(self, expr: Any):
-        self.expr = expr.e if isinstance(expr, _ExprView) else expr
-
-    def is_singleton(self) -> bool:
-        return isinstance(self.expr, E.Expr) and self.expr.is_const
-
-
-SHAPE_ENV = ShapeEnvStandIn()
-
-
 def symint(e: E.Expr) -> Any:
     """`e` as what torch takes for a size: an int when constant, else a SymInt over our node."""
     return e.value if e.is_const else torch.SymInt(ExprNode(e, int))
@@ -656,7 +437,7 @@ def expr_of(x: Any) -> E.Expr:
         return E.const(x)
     node = x.node
     if not isinstance(node, ExprNode):
-        raise DataDependentError(f"a size {x} from outside specengine's symbols")
+        raise SE.DataDependentError(f"a size {x} from outside specengine's symbols")
     return node._as_int()
 
 
@@ -664,7 +445,7 @@ def pin_float(expr: Any, hint: float) -> Callable:
     """A callback recording that the symbolic float `expr` equals its hint."""
 
     def pin() -> None:
-        PINS[(current_op(), "float input")] += 1
-        _state().decide(floats.same(expr, hint), current_op(), "a kernel reads the float's value")
+        K.PINS[(K.current_op(), "float input")] += 1
+        K.state().decide(floats.same(expr, hint), K.current_op(), "a kernel reads the float's value")
 
     return pin
