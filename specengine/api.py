@@ -29,7 +29,7 @@ from specengine.prologue.external import ObjGuard
 from specengine.prologue.inputs import ConstSpec, InputSpecs, TensorSpec, describe_inputs
 from specengine.provenance import Provenance
 from specengine.trace import context as trace_context
-from specengine.trace import passes
+from specengine.trace import passes, unbound_methods
 from specengine.trace.interpreter import trace_function
 from specengine.trace.proxies import NumberProxy
 from specengine.trace.trace import Trace, format_value
@@ -192,10 +192,15 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _trace_stage(fn: Callable, specs: InputSpecs, options: Options) -> tuple[list[Trace], Decider, Any]:
-    decider = Decider(specs.hints, specs.ranges, options.timeout_ms)
-    for constraint, provenance in mark_constraints(specs):
-        decider.record(constraint, provenance)
-    traced, state = trace_function(fn, specs, decider)
+    while True:
+        decider = Decider(specs.hints, specs.ranges, options.timeout_ms)
+        for constraint, provenance in mark_constraints(specs):
+            decider.record(constraint, provenance)
+        try:
+            traced, state = trace_function(fn, specs, decider)
+            break
+        except unbound_methods.MethodCalledThroughClass:
+            continue  # a Tensor method called through the class from code not scanned: now swapped, trace again
     traces_log.info("traced %s:\n%s", function_name(fn), traced)
     cleaned = passes.dce(passes.cse(traced))
     return [traced, cleaned], decider, state

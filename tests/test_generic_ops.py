@@ -251,3 +251,25 @@ def test_seeding_inside_the_function_runs_on_every_call():
         torch.testing.assert_close(cfn(x), expected)
         assert torch.equal(torch.get_rng_state(), state)
     assert counts(cfn) == (1, 2)
+
+
+def test_a_number_proxys_node_is_our_symnode(state):
+    from specengine.trace.proxies import NumberProxy
+
+    n = NumberProxy("n", E.sym("s0"), 5, int)
+    assert type(n.node) is S.ExprNode and n.node.expr_ is E.sym("s0") and n.node.hint == 5
+    assert n.node.is_nested_int() is False
+
+
+def test_torch_refs_decide_on_number_proxies():
+    """torch.broadcast_shapes reached through a reference taken at import (as OpInfo does): torch's `_refs` read
+    the nodes of the sizes, and decide on them."""
+    from torch.functional import broadcast_shapes
+
+    def fn(shape, n):
+        return broadcast_shapes(shape, n)
+
+    cfn = specengine.compile(fn, dynamic=True)
+    for shape, n in [((5, 1), 5), ((3, 1), 2), ((2, 1), 0), ((1, 1), 7), ((4, 1), 1), ((2, 3), 2)]:
+        run_both(fn, cfn, [shape, n])
+    assert counts(cfn) == (3, 2)  # n is 1 or not; the first size is 1 or not

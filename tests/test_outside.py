@@ -8,6 +8,7 @@ import warnings
 import pytest
 import torch
 from helpers import counts, run_both
+from torch import Tensor
 
 import specengine
 from specengine import UnsupportedOpError
@@ -119,8 +120,21 @@ def test_unbound_tensor_methods_use_the_same_table() -> None:
     )
 
 
-def test_unbound_method_looked_up_through_the_class_is_refused_cleanly() -> None:
-    cfn = specengine.compile(lambda x: torch.Tensor.add(x, 1), dynamic=True)
+def _mul_through_class(x):
+    return torch.Tensor.mul(x, 3)  # (in a helper: not in the traced function's code, learned on the first trace)
+
+
+def test_any_tensor_method_called_through_the_class_runs() -> None:
+    def fn(x, y):
+        return (torch.Tensor.add(x, y), Tensor.sum(x), torch.Tensor.shape.__get__(x)[0], _mul_through_class(x),
+                torch.Tensor.clamp(x, min=0), torch.Tensor.size(x, 0))  # fmt: skip
+
+    _sweep(fn, lambda n: [torch.randn(n + 1), torch.randn(n + 1)])
+    assert "add" not in torch.Tensor.__dict__ and torch.Tensor.add is torch._C.TensorBase.add  # put back
+
+
+def test_tensor_method_that_still_reaches_torchs_type_check_is_refused_cleanly() -> None:
+    cfn = specengine.compile(lambda x: torch._C.TensorBase.add(x, 1), dynamic=True)
     with pytest.raises(UnsupportedOpError, match=r"torch.Tensor.add called through the class .*test_outside.py.*x.add"):
         cfn(torch.randn(2))
 

@@ -26,7 +26,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from specengine.errors import UnsupportedOpError
-from specengine.trace import context
+from specengine.trace import context, unbound_methods
 from specengine.trace import kernel_decisions as K
 from specengine.trace import shape_env as SE
 from specengine.trace import symnode as S
@@ -39,6 +39,7 @@ _VALUE_RESULTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, 
 _SYMBOLS: dict[tuple, Symbol] = {}
 _DTYPE_PREDICATES = frozenset({"is_floating_point", "is_complex", "is_signed"})
 _EMPTY_STRIDED = torch.ops.aten.empty_strided.default
+_SIZE = torch.ops.aten.size.default
 _RANDOM_TAG = getattr(torch.Tag, "nondeterministic_seeded", None)
 _aten = torch.ops.aten
 _INDEX_OPS = {_aten.index, _aten.index_put, _aten.index_put_, _aten._index_put_impl_, _aten._unsafe_index,
@@ -98,6 +99,8 @@ class _MetaMode(TorchDispatchMode):
             self.random = True
         if any(tag in func.tags for tag in _REFUSED_TAGS) and not _integer_indexing(func, args):
             raise SE.DataDependentError(f"{func} has a data-dependent output")
+        if func is _SIZE:  # called back from a C++ composite (cov); torch's own call on our SymInts asserts
+            return list(args[0].shape)
         if func is _EMPTY_STRIDED:  # strides are not modelled: a contiguous stand-in needs no storage-size guards
             return torch.empty(args[0], dtype=kwargs.get("dtype"), device="meta")
         try:
@@ -309,7 +312,7 @@ class _Property:
 
 def generic_method(name: str) -> Any:
     """A Tensor method or property without a rule, as a descriptor binding to the proxy (or None)."""
-    attr = getattr(torch.Tensor, name, None)
+    attr = unbound_methods.real_attribute(name)  # (not a dispatcher that a trace swapped in)
     if attr is None:
         return None
     if isinstance(attr, (property, type(torch.Tensor.real))):

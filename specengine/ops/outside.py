@@ -16,20 +16,15 @@ helpers run torch eagerly while tracing and are left alone.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-import dis
-import os
-import re
 import sys
 import types
 from typing import Any, Callable
 
 import torch
 
-from specengine.errors import UnsupportedOpError
 from specengine.provenance import _is_internal
-from specengine.trace import context, effects
+from specengine.trace import context
 from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy, is_outside_tensor, unsupported
 from specengine.trace.symbol import Symbol, tree_leaves, tree_map
 
@@ -205,81 +200,3 @@ def _name(func: Callable) -> str:
 
 def has_proxy(tree: Any) -> bool:
     return any(isinstance(x, Proxy) for x in tree_leaves(tree))
-
-
-# Tensor methods called through the class: `torch.Tensor.add(x, y)`, `op = torch.Tensor.__radd__; op(x, 2)`.
-# torch's C methods check that `self` is a real tensor before any dispatch, so a call on a proxy cannot reach the
-# op table. The traced function's own closure variables holding such methods are swapped, while tracing, for
-# dispatchers to the proxy's bound method (the same table); a call that still reaches torch's check is refused.
-
-
-def _tensor_method_name(value: Any) -> str | None:
-    if getattr(value, "__objclass__", None) is torch._C.TensorBase:
-        return value.__name__
-    return None
-
-
-def _dispatcher(method: Any, name: str) -> Callable:
-    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(self, TensorProxy):
-            return getattr(self, name)(*args, **kwargs)
-        return method(self, *args, **kwargs)
-
-    return call
-
-
-@contextlib.contextmanager
-def unbound_methods(target: Callable) -> Any:
-    """While `target` is traced, its closure cells and the globals it reads that hold torch.Tensor's C methods hold
-    dispatchers instead (a dispatcher calls the method itself on real tensors)."""
-    swapped = []
-    for cell in getattr(target, "__closure__", None) or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:
-            continue
-        if (name := _tensor_method_name(value)) is not None:
-            swapped.append((cell, "cell_contents", value))
-            cell.cell_contents = _dispatcher(value, name)
-    glb, code = getattr(target, "__globals__", None), getattr(target, "__code__", None)
-    if isinstance(glb, dict) and code is not None:
-        for g in sorted(
-            {i.argval for c in effects._codes(code) for i in dis.get_instructions(c) if i.opname == "LOAD_GLOBAL"}
-        ):
-            if (name := _tensor_method_name(glb.get(g))) is not None:
-                swapped.append((glb, g, glb[g]))
-                glb[g] = _dispatcher(glb[g], name)
-    try:
-        yield
-    finally:
-        for holder, key, value in reversed(swapped):
-            if isinstance(holder, dict):
-                holder[key] = value
-            else:
-                holder.cell_contents = value
-
-
-_DESCRIPTOR = re.compile(r"descriptor '(\w+)' (?:for|requires a) '?torch\._C\.TensorBase'? .*'TensorProxy'")
-
-
-def call_user(fn: Callable, args: list, kwargs: dict) -> Any:
-    """Call `fn`; torch's refusal of a proxy as `self` of a Tensor method becomes an UnsupportedOpError."""
-    try:
-        return fn(*args, **kwargs)
-    except TypeError as e:
-        m = _DESCRIPTOR.search(str(e))
-        if m is None:
-            raise
-        where = _user_line(e.__traceback__)
-        raise UnsupportedOpError(f"torch.Tensor.{m.group(1)} called through the class", where,
-                                 f"call it as a method: x.{m.group(1)}(...)") from None  # fmt: skip
-
-
-def _user_line(tb: Any) -> str:
-    where = "<unknown>"
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if not _is_internal(filename) and not filename.startswith(_TORCH_DIR):
-            where = f"{os.path.basename(filename)}:{tb.tb_lineno}"
-        tb = tb.tb_next
-    return where

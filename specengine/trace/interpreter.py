@@ -26,7 +26,7 @@ from specengine.prologue.inputs import (
     ObjectSpec,
     TensorSpec,  # fmt: skip
 )
-from specengine.trace import compiling, effects, objects, torch_settings, writes
+from specengine.trace import compiling, effects, objects, torch_settings, unbound_methods, writes
 from specengine.trace.context import NameGen, TraceState, tracing
 from specengine.trace.exceptions import check_caught
 from specengine.trace.proxies import NumberProxy, TensorProxy, tensor_isinstance, unflatten_size
@@ -136,14 +136,14 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
         tensor_isinstance(),
         swapped_state(specs, state_values),
         effects.checked(target),
-        outside.unbound_methods(target),
+        unbound_methods.swapped(target),
     ):
         with (
             writes.recording(modules, inputs, specs.promoted) as recorder,
             writes.objects_unchanged(plain, target),
             shadows.constants_unchanged(),
         ):
-            out = outside.lift(outside.call_user(fn, args, kwargs))  # a real tensor returned: its proxy
+            out = outside.lift(unbound_methods.call_user(fn, args, kwargs))  # a real tensor returned: its proxy
             state.sync_torch_state()  # a change the function did not undo: the computation leaves it too
         specs.writes = recorder.writes
         if specs.writes:  # module attributes `forward` assigned: the computation also returns their values

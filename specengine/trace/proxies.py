@@ -24,7 +24,7 @@ from specengine.constraints import expr as E
 from specengine.constraints import floats
 from specengine.errors import UnsupportedOpError
 from specengine.provenance import _is_internal, user_frame
-from specengine.trace import context
+from specengine.trace import context, symnode
 
 _DTYPE_SHORT = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -96,7 +96,7 @@ def _traced_isinstance(obj: Any, cls: Any, /) -> bool:
 @contextmanager
 def tensor_isinstance() -> Iterator[None]:
     """While tracing, `isinstance(x, torch.Tensor)` (so `torch.is_tensor(x)`) holds for a TensorProxy and
-    `isinstance(x.shape, torch.Size)` for its shape, as in eager; `torch.broadcast_shapes` takes symbolic sizes.
+    `isinstance(x.shape, torch.Size)` for its shape, as in eager.
 
     The builtin is swapped only for Python callers: torch's C code checks tensors with its own `PyObject_IsInstance`
     and unpacks them, so a proxy must not pass for a tensor there (a `__class__` property would). Nothing of this
@@ -259,7 +259,7 @@ class NumberProxy(Proxy, torch.SymInt):
     """An int, float or bool whose value is a symbolic expression; `hint` is the example value.
 
     It subclasses `torch.SymInt` only so that torch's argument parser lets it through to our
-    torch-function mode (`torch.arange(n)`, `torch.full((n, 2), v)`); it has no SymNode. Its `__class__` is its
+    torch-function mode (`torch.arange(n)`, `torch.full((n, 2), v)`); its `node` is our SymNode. Its `__class__` is its
     Python type, so `isinstance(n, int)` holds as in eager (torch's C code checks numbers by type flags, never
     by `__class__`). The number protocols live in `specengine.trace.numbers`: each follows a symbolic rule or
     pins the value with a recorded guard. Hashing, `str`, `repr` and formatting pin it while tracing.
@@ -276,6 +276,11 @@ class NumberProxy(Proxy, torch.SymInt):
     @property
     def __class__(self) -> type:  # noqa: PLE0302 - isinstance(n, int) and isinstance(s, float) hold, as in eager
         return self.python_type
+
+    @property
+    def node(self) -> Any:
+        """Its SymNode (trace/symnode.py), which torch's Python helpers read: their decisions on it are our guards."""
+        return symnode.number_node(self.expr, self.hint, self.python_type)
 
     def type_string(self) -> str:
         return f"{self.python_type.__name__} {self.expr}"
@@ -406,28 +411,8 @@ pytree.register_pytree_node(SymSize, _flatten_size, unflatten_size,
                                                             None))  # fmt: skip
 
 
-def _broadcast_shapes(*shapes: Any) -> Any:
-    """torch.broadcast_shapes on symbolic sizes: every decision (a size is 1, sizes match) is a guard."""
-    as_tuples = [(s,) if type(s) in (int, NumberProxy) else tuple(s) for s in shapes]
-    if not any(type(d) is NumberProxy for s in as_tuples for d in s):
-        return _ORIGINALS["broadcast_shapes"](*shapes)
-    result: list[Any] = [1] * max((len(s) for s in as_tuples), default=0)
-    for shape in as_tuples:
-        for i in range(-1, -1 - len(shape), -1):
-            d = shape[i]
-            if d < 0:
-                raise RuntimeError(f"Trying to create tensor with negative dimension ({d}): {list(shape)}")
-            if d == 1 or d == result[i]:
-                continue
-            if result[i] != 1:
-                raise RuntimeError(f"Shape mismatch: objects cannot be broadcast to a single shape (size {d} against "
-                                   f"{result[i]} at dimension {i})")  # fmt: skip
-            result[i] = d
-    return SymSize(result)
-
-
-_ORIGINALS = {"isinstance": builtins.isinstance, "broadcast_shapes": torch.broadcast_shapes}
-_TRACING_PATCHES = ((builtins, "isinstance", _traced_isinstance), (torch, "broadcast_shapes", _broadcast_shapes))
+_ORIGINALS = {"isinstance": builtins.isinstance}
+_TRACING_PATCHES = ((builtins, "isinstance", _traced_isinstance),)
 
 
 def add_tracing_patch(owner: Any, name: str, hook: Callable) -> None:

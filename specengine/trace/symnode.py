@@ -449,3 +449,10 @@ def pin_float(expr: Any, hint: float) -> Callable:
         K.state().decide(floats.same(expr, hint), K.current_op(), "a kernel reads the float's value")
 
     return pin
+
+
+def number_node(expr: Any, hint: Any, python_type: type) -> ExprNode:
+    """The node of a NumberProxy (its `.node`, which torch's Python helpers read from a SymInt)."""
+    if python_type is float:
+        return ExprNode(None, float, float(hint), pin_float(expr, hint))
+    return ExprNode.of(expr)
