@@ -9,6 +9,7 @@ from specengine.cache import CacheEntry
 from specengine.config import config
 from specengine.errors import (
     ConstraintViolationError,
+    DataDependentCheckError,
     RecompileLimitError,
     RecompileLimitWarning,
     SolverWarning,
@@ -24,7 +25,8 @@ __all__ = [
     "compile", "cache_hits", "cache_misses", "last_traces", "last_prologue", "last_guards", "cache_entries",
     "recompile_reasons", "explain", "reset", "mark_dynamic", "mark_static", "config", "set_logs",
     "CompiledFunction", "CacheEntry", "Guard", "Prologue", "Trace", "SpecEngineError", "UnsupportedOpError",
-    "ConstraintViolationError", "RecompileLimitError", "RecompileLimitWarning", "SolverWarning",
+    "ConstraintViolationError", "RecompileLimitError", "RecompileLimitWarning", "SolverWarning", "check",
+    "DataDependentCheckError",
 ]  # fmt: skip
 
 
@@ -55,6 +57,24 @@ def compile(
     if fn is None:
         return lambda f: make_compiled(f, dynamic, executors, recompile_limit, on_recompile_limit)
     return make_compiled(fn, dynamic, executors, recompile_limit, on_recompile_limit)
+
+
+def check(cond: Any, message: Any = None) -> None:
+    """State a fact about sizes or ints, as `torch._check` does: assumed while tracing, checked on every call.
+
+    On a data-dependent (unbacked) symbol, such as the rows of `nonzero` or a value of `.item()`, the fact is
+    assumed from here on (later decisions it implies record nothing) and asserted by the computation on every call:
+    a call whose data violates it raises `DataDependentCheckError` (a RuntimeError) naming this line; it never
+    recompiles. On backed symbols (input sizes and ints) it is decided like a branch: a prologue guard, and an
+    input that violates it raises RuntimeError, as eager does. Outside a compiled function: `if not cond: raise`.
+
+    Args:
+        cond: a bool, or a comparison of sizes and ints (`n > 0`, `idx.shape[0] <= x.shape[0]`).
+        message: the error message (a string, or a callable returning one).
+    """
+    from specengine.trace.unbacked import user_check
+
+    user_check(cond, message)
 
 
 def _compiled(cfn: Any) -> CompiledFunction:
@@ -106,6 +126,11 @@ def reset(cfn: CompiledFunction) -> None:
     _compiled(cfn).reset()
 
 
+def _runtime_checks(entry: CacheEntry) -> list:
+    """The assertions on data-dependent symbols that the entry's computation makes on every call."""
+    return [b for b in entry.traces[-1].bsyms if b.sym.print_name == "prims.check_sym"] if entry.traces else []
+
+
 def explain(cfn: CompiledFunction) -> str:
     """Print (and return) each entry of `cfn`: its guards with provenance, its hits, its compile statistics."""
     c = _compiled(cfn)
@@ -116,6 +141,7 @@ def explain(cfn: CompiledFunction) -> str:
                      f"(trace {st['trace_s'] * 1e3:.1f}, solve {st['solve_s'] * 1e3:.1f}, "
                      f"codegen {st['codegen_s'] * 1e3:.1f}), {st['z3_calls']} z3 queries")  # fmt: skip
         lines += [f"  {g}    # {g.provenance}" for g in e.guards] or ["  (no guards)"]
+        lines += [f"  run-time check: {b.args[0]}    # {b.source}" for b in _runtime_checks(e)]
     for i, reason in enumerate(c._cache.reasons, 1):
         lines.append(f"recompile {i}:")
         lines += [f"  {r}" for r in reason.splitlines()]

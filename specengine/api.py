@@ -19,7 +19,7 @@ from specengine.config import config
 from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
 from specengine.constraints.solver import Solution, Solver, with_float_guards
-from specengine.errors import RecompileLimitError, RecompileLimitWarning, SpecEngineError
+from specengine.errors import RecompileLimitError, RecompileLimitWarning, SpecEngineError, UnsupportedOpError
 from specengine.executors import Executor, Request, claim_trace, resolve_executors
 from specengine.logs import topic
 from specengine.marks import check_marks, mark_constraints
@@ -207,6 +207,9 @@ def _trace_stage(fn: Callable, specs: InputSpecs, options: Options) -> tuple[lis
 
 
 def _solve_stage(decider: Decider, specs: InputSpecs, options: Options) -> Solution:
+    for c in decider.constraints:  # by construction (Decider.record): guards read only what the prologue knows
+        if not c.expr.free_symbols() <= specs.hints.keys():
+            raise SpecEngineError(f"internal error: a guard on a symbol without a source: {c.debug_str()}")
     solution = Solver(decider.constraints, specs.ranges, specs.hints, options.timeout_ms).solve()
     return with_float_guards(solution, decider.float_constraints)
 
@@ -217,6 +220,10 @@ def _record_requests(requests: list[Request], decider: Decider) -> int:
     for r in requests:
         if r.expr is None:
             continue  # contiguity: a prologue metadata check, not a constraint
+        if decider.unbacked.mentions(r.expr):
+            where = r.bsym.source.where if r.bsym.source else "<unknown>"
+            raise UnsupportedOpError(r.bsym.sym.name, where, f"the {r.executor} executor needs `{r.expr}` as a "
+                                     "constant, but it depends on tensor data; run the op with the torch executor")  # fmt: skip
         b = r.expr if r.expr.is_bool else E.eq(r.expr, r.expr.eval(decider.hints))
         value = bool(b.eval(decider.hints))
         if decider.implied(b, value):

@@ -37,3 +37,13 @@ class RecompileLimitError(SpecEngineError):
 
 class RecompileLimitWarning(UserWarning):
     """A compiled function reached its recompile limit; the call runs eagerly."""
+
+
+class DataDependentCheckError(SpecEngineError, RuntimeError):
+    """A run-time check on a data-dependent size or value failed (a `RuntimeError`, as eager's checks are).
+
+    The computation asserts every decision that tracing took on an unbacked symbol (the rows of `nonzero`, a value
+    of `.item()`) and that the facts did not prove, and every `specengine.check`. The message names the check, the
+    user's source line, the symbol's origin and the values seen. The data contradicted the trace: no entry
+    computes a wrong result for it, and no recompile would help (the data is not an input the prologue reads).
+    """

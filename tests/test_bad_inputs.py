@@ -65,9 +65,9 @@ def _global(a):
 
 
 _BAD: dict[str, Callable] = {
-    "item": lambda a: a * a.sum().item(),
-    "tolist": lambda a: a * len(a.tolist()),
-    "nonzero": lambda a: torch.nonzero(a),
+    "item": lambda a: a * 2 if a.sum().item() > 0 else a,  # a branch on a data-dependent value
+    "tolist": lambda a: a * len(a.reshape(1, -1).tolist()),  # 2-D
+    "nonzero": lambda a: a * len(torch.nonzero(a)),  # a data-dependent size pinned
     "bool": lambda a: a * 2 if a.sum() > 0 else a,
     "print": _print,
     "global": _global,
@@ -140,10 +140,12 @@ CASES = [
     Case("expand", lambda a: a.expand(2, 4), (T(4),), (T(3),), RuntimeError,
          r"The expanded size of the tensor \(4\) must match the existing size \(3\)"),
     Case("zero-division", divide, (T(3), 2), (T(3), 0), ZeroDivisionError, r"integer division or modulo by zero"),
-    Case("item", flagged, (T(3), ""), (T(3), "item"), UNSUPPORTED, r"^Tensor.item is not supported .*test_bad_inp",
+    Case("item", flagged, (T(3), ""), (T(3), "item"), UNSUPPORTED, r"^a branch on data-dependent u0 \(item\(\) at "
+         r"test_bad_inputs.py:\d+\) is not supported .*test_bad_inp",
          eager=False),
     Case("tolist", flagged, (T(3), ""), (T(3), "tolist"), UNSUPPORTED, r"^Tensor.tolist is not supported", eager=False),
-    Case("nonzero", flagged, (T(3), ""), (T(3), "nonzero"), UNSUPPORTED, r"^nonzero is not supported", eager=False),
+    Case("nonzero", flagged, (T(3), ""), (T(3), "nonzero"), UNSUPPORTED, r"^a concrete value of data-dependent u0 "
+         r"\(rows of nonzero at test_bad_inputs.py:\d+\) is not supported", eager=False),
     Case("bool-of-tensor", flagged, (T(3), ""), (T(3), "bool"), UNSUPPORTED, r"^Tensor.__bool__ is not supported .*"
          r"use torch.where", eager=False),
     Case("format-tensor", flagged, (T(3), ""), (T(3), "format"), UNSUPPORTED, r"^format\(Tensor\) is not supported",

@@ -1394,7 +1394,7 @@ def test_contextlib_suppress_counts_as_a_handler():
 def test_caught_unsupported_op_is_refused():
     def f(x):
         try:
-            return x * len(x.tolist())
+            return x * len(x.reshape(1, -1).tolist())  # (2-D: unsupported)
         except Exception:  # noqa: BLE001 - eager does not raise; the trace must not take this path
             return x
 

@@ -431,21 +431,16 @@ def test_dropout_training_gradient() -> None:
 
 
 def _mask_index(x: torch.Tensor) -> torch.Tensor:
-    return x[x > 0]  # the line the error must name
+    return x if x[x > 0].shape[0] > 3 else -x  # the line the error must name
 
 
 UNSUPPORTED = [
-    ("nonzero", lambda x: torch.nonzero(x)),
-    ("nonzero", lambda x: x.nonzero()),
-    ("nonzero", lambda x: torch.nonzero(x, as_tuple=True)),
-    ("argwhere", lambda x: torch.argwhere(x)),
+    ("data-dependent u0", lambda x: x * len(torch.nonzero(x))),  # a data-dependent size pinned
     ("unique", lambda x: torch.unique(x)),
     ("unique", lambda x: x.unique(return_counts=True)),
-    ("masked_select", lambda x: torch.masked_select(x, x > 0)),
-    ("masked_select", lambda x: x.masked_select(x > 0)),
-    ("indexing", _mask_index),
-    ("Tensor.item", lambda x: x.sum().item()),
-    ("Tensor.tolist", lambda x: x.tolist()),
+    ("data-dependent u0", _mask_index),  # a branch on a data-dependent size that size-oblivious cannot decide
+    ("data-dependent u0", lambda x: x if x.sum().item() > 0 else -x),
+    ("Tensor.tolist", lambda x: x.tolist()),  # 2-D
     ("embedding(max_norm", lambda x: F.embedding(x.long().abs(), x, max_norm=1.0)),
     ("dropout(inplace=True)", lambda x: F.dropout(x, 0.5, inplace=True)),
     ("scaled_dot_product_attention(dropout_p", lambda x: SDPA(x, x, x, dropout_p=0.1)),

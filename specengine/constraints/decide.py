@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
 from specengine.constraints.intervals import decide_by_bounds
+from specengine.constraints.unbacked import Unbacked
 from specengine.constraints.z3expr import to_z3, z3_module
+from specengine.errors import SpecEngineError
 from specengine.provenance import Provenance
 
 if TYPE_CHECKING:
@@ -31,8 +33,9 @@ class Decider:
     """
 
     def __init__(self, hints: dict[str, int], ranges: Ranges, timeout_ms: int = 2000):
-        self.hints = hints
+        self.hints = dict(hints)  # a copy: unbacked symbols add their stand-in values (never the prologue's)
         self.ranges = ranges
+        self.unbacked = Unbacked()  # data-dependent symbols: decided by `prove`, never recorded
         self.constraints: list[Constraint] = []
         self.float_constraints: list[Constraint] = []  # predicates on symbolic floats (kept as recorded)
         self.z3_calls = 0
@@ -71,6 +74,8 @@ class Decider:
         return value
 
     def record(self, b: E.Expr, provenance: Provenance) -> None:
+        if self.unbacked.mentions(b):  # by construction: a guard can only read what the prologue knows
+            raise SpecEngineError(f"internal error: a guard on a data-dependent symbol: {b} ({provenance})")
         self.constraints.append(Constraint(b, provenance))
         self._memo[E.normalize(b)] = True
         self._constrained |= b.free_symbols()
@@ -107,6 +112,8 @@ class Decider:
         """
         if b.op == "bconst":
             return True
+        if self.unbacked.mentions(b):
+            return self.prove(b) is value
         n = E.normalize(b.subs(self._subst) if self._subst else b)
         if n.op == "bconst":
             return True
@@ -119,13 +126,30 @@ class Decider:
             self._memo[n] = known
         return known is not None
 
-    def _z3_decide(self, n: E.Expr, value: bool) -> bool | None:
+    def prove(self, b: E.Expr, oblivious: frozenset[str] = frozenset()) -> bool | None:
+        """The truth value of `b` that the ranges, the recorded constraints and the unbacked facts and assumptions
+        imply, or None. Symbols in `oblivious` (size-like unbacked ones) count as at least 2 (size-oblivious)."""
+        n = E.normalize(b.subs(self._subst) if self._subst else b)
+        if n.op == "bconst":
+            return n.value
+        known = decide_by_bounds(n, {**self.ranges, **self.unbacked.ranges(oblivious)})
+        if known is not None:
+            return known
+        facts = self.unbacked.fact_exprs(oblivious)
+        for value in (True, False):
+            if self._z3_decide(n, value, facts) is not None:
+                return value
+        return None
+
+    def _z3_decide(self, n: E.Expr, value: bool, facts: tuple = ()) -> bool | None:
         z3 = z3_module()
         solver = self._ensure_solver()
         self.z3_calls += 1
         solver.push()
         start = time.perf_counter()
         try:
+            for fact in facts:  # unbacked facts and assumptions: only for queries on unbacked symbols
+                solver.add(to_z3(fact, self._z3_env))
             z = to_z3(n, self._z3_env)
             solver.add(z3.Not(z) if value else z)
             result = solver.check()

@@ -197,8 +197,12 @@ ge = _comparison("ge")
 
 @torchop(torch.where, name="where")
 def where(condition: TensorProxy, input: Any = None, other: Any = None) -> TensorProxy:
+    if input is None and other is None:  # torch.where(condition) is nonzero(condition, as_tuple=True)
+        from specengine.ops.ltorch_data_dependent import nonzero
+
+        return nonzero.meta(condition, as_tuple=True)
     if input is None or other is None:
-        raise unsupported("torch.where(condition)", "its output shape is data-dependent; pass both branches")
+        raise TypeError("where() missing an argument: pass both input and other, or neither")
     out_dtype = meta_call(torch.where, condition, input, other).dtype
     shape = broadcast_shapes(*(x.dims for x in (condition, input, other) if isinstance(x, TensorProxy)))
     cond = expand_to(condition, shape)
@@ -313,6 +317,7 @@ def rmatmul(a: TensorProxy, b: TensorProxy) -> TensorProxy:
 
 from specengine.ops.ltorch_checks import *  # noqa: E402,F403
 from specengine.ops.ltorch_creation import *  # noqa: E402,F403
+from specengine.ops.ltorch_data_dependent import *  # noqa: E402,F403
 from specengine.ops.ltorch_elementwise import *  # noqa: E402,F403
 from specengine.ops.ltorch_inplace import *  # noqa: E402,F403 - in-place ops are `ltorch.*` too
 from specengine.ops.ltorch_joins import *  # noqa: E402,F403

@@ -239,8 +239,12 @@ def _symbolic_length(start: E.Expr, end: E.Expr, step: E.Expr) -> E.Expr:
         positive = decide(E.gt(step, 0), "arange", "is the step positive")
     else:
         raise RuntimeError("step must be nonzero")
-    hs, he = hint(start), hint(end)
-    if (positive and he < hs) or (not positive and he > hs):  # no guard: torch raises this at run time too
+    if context.require().decider.unbacked.mentions(E.sub(end, start)):  # no example value: assumed, asserted
+        consistent = decide(E.ge(end, start) if positive else E.le(end, start), "arange", "bounds fit the step's sign")
+    else:
+        hs, he = hint(start), hint(end)
+        consistent = not ((positive and he < hs) or (not positive and he > hs))  # no guard: torch raises at run time
+    if not consistent:
         raise RuntimeError("upper bound and lower bound inconsistent with step sign")
     span, k = (E.sub(end, start), step) if positive else (E.sub(start, end), E.neg(step))
     length = E.floordiv(E.add(span, E.sub(k, 1)), k)

@@ -13,9 +13,23 @@ import torch
 
 from specengine.ops import prims
 from specengine.ops.utils import broadcast_shapes
-from specengine.trace.proxies import TensorProxy
+from specengine.trace.proxies import TensorProxy, unsupported
 
 _INTEGER = (torch.int64, torch.int32, torch.int16, torch.int8)  # (uint8 and bool index as masks)
+
+
+_MASKS = (torch.bool, torch.uint8)
+
+
+def _mask_key(key: Any) -> tuple | None:
+    """(mask, number of full slices after it) for `x[mask]`, `x[mask, :]`, `x[mask, ...]`; else None."""
+    key = key if isinstance(key, tuple) else (key,)
+    if not key or not isinstance(key[0], TensorProxy) or key[0].dtype != torch.bool:
+        return None
+    rest = key[1:]
+    if rest and rest[-1] is Ellipsis:
+        rest = rest[:-1]
+    return (key[0], len(rest)) if all(_full_slice(k) for k in rest) else None
 
 
 def _getitem(a: torch.Tensor, key: Any) -> torch.Tensor:
@@ -69,6 +83,14 @@ def index_tensors(a: TensorProxy, key: tuple) -> TensorProxy:
 
 def advanced_getitem(a: TensorProxy, key: Any) -> Any:
     """`a[key]` with integer tensors in the key: this rule, or torch's meta kernel for other keys."""
+    mask = _mask_key(key)
+    if mask is not None:  # x[mask]: its rows are an unbacked size
+        from specengine.ops.ltorch_data_dependent import masked_index
+
+        return masked_index(a, *mask)
+    if any(isinstance(k, TensorProxy) and k.dtype in _MASKS for k in (key if isinstance(key, tuple) else (key,))):
+        raise unsupported("boolean mask indexing mixed with other indices", "index with the mask alone (x[mask], "
+                          "x[mask, :]), or keep the shape with torch.where(mask, x, 0)")  # fmt: skip
     simple = simple_key(a, key)
     if simple is not None:
         return index_tensors(a, simple)

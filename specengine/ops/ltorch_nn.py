@@ -21,8 +21,7 @@ from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported
 
 __all__ = [
     "embedding", "torch_embedding", "layer_norm", "rms_norm", "group_norm", "torch_group_norm", "dropout",
-    "torch_dropout", "scaled_dot_product_attention", "cross_entropy", "mse_loss", "nonzero", "argwhere", "unique",
-    "masked_select",
+    "torch_dropout", "scaled_dot_product_attention", "cross_entropy", "mse_loss", "unique",
 ]  # fmt: skip
 
 NEG_INF = float("-inf")
@@ -620,8 +619,4 @@ def _data_dependent(name: str, fns: tuple, hint_text: str) -> Any:
     return torchop(*fns, name=name, methods=(name,))(decomposition)
 
 
-_MASK = "keep the shape with a mask (torch.where(mask, x, 0)) or call it outside the compiled function"
-nonzero = _data_dependent("nonzero", (torch.nonzero, torch.Tensor.nonzero), _MASK)
-argwhere = _data_dependent("argwhere", (torch.argwhere, torch.Tensor.argwhere), _MASK)
-masked_select = _data_dependent("masked_select", (torch.masked_select, torch.Tensor.masked_select), _MASK)
 unique = _data_dependent("unique", (torch.unique, torch.Tensor.unique), "call it outside the compiled function")

@@ -184,9 +184,9 @@ def flatten(a: TensorProxy, start_dim: int = 0, end_dim: int = -1) -> TensorProx
 def advanced_index(key: Any) -> bool:
     """Whether an index key holds integer tensors or lists (torch's advanced indexing: a copy, not a view)."""
     for k in key if isinstance(key, tuple) else (key,):
-        if isinstance(k, (TensorProxy, torch.Tensor)) and k.dtype in (torch.bool, torch.uint8):
-            raise unsupported("boolean mask indexing x[mask]", "its output shape depends on the mask's values; "
-                              "keep the shape with torch.where(mask, x, 0), or index outside the compiled function")  # fmt: skip
+        if isinstance(k, torch.Tensor) and not isinstance(k, TensorProxy) and k.dtype in (torch.bool, torch.uint8):
+            raise unsupported("boolean mask indexing x[mask] with a mask closed over from outside",
+                              "pass the mask as an argument")  # fmt: skip
     return any(isinstance(k, (TensorProxy, torch.Tensor, list)) for k in (key if isinstance(key, tuple) else (key,)))
 
 

@@ -87,10 +87,11 @@ def broadcast_pair(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
         return y
     state = context.require()
     hx, hy = x.eval(state.decider.hints), y.eval(state.decider.hints)
+    unbacked = state.decider.unbacked.mentions(x) or state.decider.unbacked.mentions(y)  # no example value
     if state.may_raise():  # a handler observes whether they broadcast: decide it with a guard
         ok = decide(E.or_(E.eq(x, y), E.eq(x, 1), E.eq(y, 1)), "broadcast", f"dims {index} broadcast")
     else:  # unguarded: the op raises at run time where the sizes do not broadcast
-        ok = hx == hy or hx == 1 or hy == 1
+        ok = unbacked or hx == hy or hx == 1 or hy == 1
     if not ok:
         raise RuntimeError(
             f"The size of tensor a ({hx}) must match the size of tensor b ({hy}) at non-singleton dimension {index}"
@@ -99,7 +100,7 @@ def broadcast_pair(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
         return x if x.is_const else y  # a size other than 1 is the result wherever the pair is valid
     decider = context.require().decider
     for known, result in ((E.eq(x, y), x), (E.ne(x, 1), x), (E.ne(y, 1), y)):
-        if known.eval(decider.hints) and decider.implied(known, True):
+        if (unbacked or known.eval(decider.hints)) and decider.implied(known, True):
             return result  # already decided: the broadcast needs no `if`
     if max(if_depth(x), if_depth(y)) >= _MAX_IF_DEPTH:
         return _decided_broadcast(x, y, index)  # keep sizes small: nested `if`s would grow with every layer

@@ -7,7 +7,8 @@ instead of branching on `padding_mask.all()`, and states its checks as `torch._c
 
 - `torch._check(cond)` on a symbolic bool (sizes, ints): the fact is decided like a branch. It holds for the example
   inputs, so it is assumed from then on (later decisions that it implies record nothing) and becomes a prologue
-  guard; an input that violates it is traced again, and then raises the check's error, as eager does.
+  guard; an input that violates it is traced again, and then raises the check's error, as eager does. On a
+  data-dependent (unbacked) symbol it is assumed and asserted at run time instead (`specengine.check`).
 - `torch._check_tensor_all(t)` / `torch._assert_async(t)` on a traced tensor: a data-dependent assertion. It is
   recorded in the computation (`prims.assert_all`) and runs on every call, raising eager's error type.
 
@@ -51,7 +52,7 @@ def _check_with(error_type: type, cond: Any, message: Any = None) -> None:
     from specengine.constraints import expr as E
 
     b = cond.expr if cond.expr.is_bool else E.ne(cond.expr, 0)
-    if not state.decide(b, "torch._check", "a checked fact"):
+    if not state.check(b, "torch._check", _message(message, None)):
         raise error_type(_message(message, "Expected cond to be True, but got False"))
     return None
 

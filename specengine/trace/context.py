@@ -53,6 +53,8 @@ class TraceState:
         self.suppressing = 0  # how many `contextlib.suppress` blocks are open
         self.input_contiguity: dict[str, bool] = {}  # input tensor name -> contiguous in the example
         self.contiguous_inputs: set[str] = set()  # inputs whose contiguity the trace relies on (the prologue checks it)
+        self.pending_binds: list[str] = []  # unbacked sizes to read from the output of the op being recorded
+        self.pending: list = []  # run-time checks decided inside the op being recorded (emitted after it)
         self._observed: list = [None]  # per scope: whether a handler in the user's frames observes the op (lazy)
         from specengine.trace import torchstate
 
@@ -76,17 +78,36 @@ class TraceState:
         self._observed.append(None if top else self._observed[-1])
         try:
             out = sym.meta(*args, **kwargs)
+        except BaseException:
+            if top:
+                self.pending_binds.clear()
+                self.pending.clear()
+            raise
         finally:
             subsymbols = tuple(self.scopes.pop())
             raises = self.raises.pop()
             self._observed.pop()
         self.raises[-1] = self.raises[-1] or raises  # an op whose decomposition may raise may raise
         self.scopes[-1].append(BoundSymbol(sym, args, tuple(kwargs.items()), out, subsymbols, source, raises))
+        if top and (self.pending_binds or self.pending):
+            self._flush(out, source)
         if autocast is not None:  # the output dtypes eager's autocast gives
             from specengine.trace import torchstate
 
             torchstate.check_autocast_outputs(sym, out, autocast)
         return out
+
+    def _flush(self, out: Any, source: Any) -> None:
+        """After a top-level op: read its unbacked sizes from its output, then run the checks it decided."""
+        from specengine.trace import unbacked
+
+        self.scopes[0].extend(unbacked.binders(self, out, source))
+        self.scopes[0].extend(self.pending)
+        self.pending.clear()
+
+    def emit(self, bsym: Any) -> None:
+        """Add a bound symbol at the top level: now, or right after the top-level op being recorded."""
+        (self.scopes[0] if len(self.scopes) == 1 else self.pending).append(bsym)
 
     def _sync_torch_state(self, sym: Any, args: tuple, kwargs: dict, source: Any) -> tuple:
         """Record the torch state changes since the last top-level op; make autocast's casts explicit."""
@@ -131,15 +152,37 @@ class TraceState:
     def decide(self, b: E.Expr, op: str, reason: str) -> bool:
         """Decide a comparison on symbols, recording a constraint unless it is implied."""
         if isinstance(b, FloatExpr):
+            if self.decider.unbacked.mentions(b):
+                from specengine.trace import unbacked
+
+                raise unbacked.branch_error(b, op)
             return self.decider.decide_float(b, user_frame(op, reason))
         if b.op == "bconst":
             return b.value
+        if self.decider.unbacked.mentions(b):
+            from specengine.trace import unbacked
+
+            return unbacked.decide(self, b, op, reason)
         return self.decider.decide(b, user_frame(op, reason))
+
+    def check(self, b: E.Expr, op: str, message: str | None = None) -> bool:
+        """A checked fact (`specengine.check`, `torch._check`): on backed symbols decided like a branch (a guard);
+        on unbacked ones assumed and asserted at run time (raises now only if it can never hold)."""
+        if b.op == "bconst" or not self.decider.unbacked.mentions(b):
+            return self.decide(b, op, "a checked fact")
+        from specengine.trace import unbacked
+
+        unbacked.check(self, b, op, message)
+        return True
 
     def pin(self, e: E.Expr, op: str, reason: str) -> int:
         """The concrete value of an int expression, recording `e == value` unless already constant."""
         if e.op == "const":
             return e.value
+        if self.decider.unbacked.mentions(e):
+            from specengine.trace import unbacked
+
+            raise unbacked.pin_error(e, op, reason)
         return self.decider.pin(e, user_frame(op, reason))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Mapping
 
 from specengine.constraints import expr as E
@@ -73,6 +74,8 @@ def cse(trace: Trace) -> Trace:
         if not bsym.sym.pure:
             seen.clear()  # a mutation may change what any earlier op computed from its inputs
         key = (bsym.sym, _cse_key((bsym.args, bsym.kwargs), swap)) if bsym.sym.pure else None
+        if "unbacked" in bsym.sym.tags:
+            key = None  # it binds a symbol that later sizes name: never merged into another
         if key is not None and any(id(o) in mutated for o in bsym.flat_outs()):
             key = None  # a tensor mutated later must stay a tensor of its own, as in eager
         first = seen.get(key) if key is not None else None
@@ -138,15 +141,23 @@ def specialize(trace: Trace, fold: Callable[[E.Expr], E.Expr], hints: Mapping[st
         return x
 
     bsyms = tuple(
-        b.map_values(fn)
+        b.map_values(fn) if "unbacked" not in b.sym.tags else b.map_values(fn).with_(output=b.output)
         for b in trace.bsyms
-        if not b.sym.pure or any(isinstance(o, TensorProxy) for o in b.flat_outs())
+        if not b.sym.pure or "unbacked" in b.sym.tags or any(isinstance(o, TensorProxy) for o in b.flat_outs())
     )
     output = tree_map(fn, trace.output)
     tensor_params = tuple(fn(p) for p in trace.params if isinstance(p, TensorProxy))
-    symbols = sorted(_free_symbols(bsyms, output), key=lambda s: E.sym(s).sort_key)
+    symbols = sorted(_input_symbols(_free_symbols(bsyms, output), hints), key=lambda s: E.sym(s).sort_key)
     params = tensor_params + tuple(NumberProxy(s, E.sym(s), hints[s], type(hints[s])) for s in symbols)
     return trace.with_("Specialization to the solved constraints", bsyms=bsyms, output=output, params=params)
+
+
+def _input_symbols(names: set[str], hints: Mapping[str, int]) -> set[str]:
+    """The symbols the prologue passes: all but the unbacked ones, which the computation binds itself."""
+    inputs = {s for s in names if s in hints}
+    if any(not re.fullmatch(r"u\d+", s) for s in names - inputs):  # unbacked symbols are named u0, u1, ...
+        raise AssertionError(f"internal error: symbols without a source: {sorted(names - inputs)}")
+    return inputs
 
 
 def _free_symbols(bsyms: tuple[BoundSymbol, ...], output: Any) -> set[str]:

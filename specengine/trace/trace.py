@@ -192,6 +192,7 @@ def _state_restores(bsyms: tuple[BoundSymbol, ...]) -> list[BoundSymbol]:
 
 def _used_names(trace: Trace) -> set[str]:
     used = {format_value(x) for x in tree_leaves(trace.output) if isinstance(x, Proxy)}
+    used.update(s for x in tree_leaves(trace.output) if isinstance(x, (Expr, FloatExpr)) for s in x.free_symbols())
     for bsym in trace.bsyms:
         used.update(x.name for x in bsym.flat_args() if isinstance(x, Proxy))
         used.update(s for x in bsym.flat_args() if isinstance(x, (Expr, FloatExpr)) for s in x.free_symbols())

@@ -1,0 +1,166 @@
+"""Ops whose output sizes or values depend on tensor data: `nonzero`, `argwhere`, `masked_select`, `x[mask]`,
+`torch.where(cond)`, `.item()` and `.tolist()`.
+
+Each output size is an unbacked symbol (`specengine.trace.unbacked`): `0 <= u0 <= numel`, read from the real result
+by the computation (`u0 = prims.unbacked_size(t, 0, ...)`); `.item()` is an unbacked int or float. No guard is ever
+recorded on them; decisions later ops take on them are proved or asserted at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from specengine.constraints import expr as E
+from specengine.ops import prims
+from specengine.ops.registry import torchop
+from specengine.ops.utils import decide
+from specengine.trace import context, unbacked
+from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
+
+__all__ = ["nonzero", "argwhere", "masked_select", "masked_index", "item", "tolist"]
+
+_INT_RANGES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.int16: (-(2**15), 2**15 - 1),
+               torch.int32: (-(2**31), 2**31 - 1), torch.bool: (0, 1)}  # fmt: skip
+
+
+def _numel(dims: tuple) -> E.Expr:
+    out = E.const(1)
+    for d in dims:
+        out = E.mul(out, d)
+    return out
+
+
+# Prims that bind unbacked symbols in the computation (tag "unbacked": never merged by CSE, kept by specialization)
+# and the run-time assertion of decisions on them.
+
+
+@prims.prim("unbacked_size", impl=lambda t, dim, what: t.shape[dim], tags=("unbacked",))
+def unbacked_size(t: TensorProxy, dim: int, what: str) -> NumberProxy:
+    """`t.shape[dim]`, the value of an unbacked size (bound after the op that made `t`; see trace.unbacked.bind)."""
+    raise AssertionError("unbacked_size is emitted by the tracer, never called while tracing")
+
+
+@prims.prim("check_sym", impl=unbacked.check_sym_impl, pure=False)
+def check_sym(cond: Any, message: str, names: tuple, values: tuple) -> None:
+    """Raise DataDependentCheckError(message) at run time unless `cond` (over unbacked symbols) holds."""
+    return None
+
+
+def _item_impl(t: torch.Tensor, what: str) -> Any:
+    return t.item()
+
+
+@prims.prim("item", impl=_item_impl, tags=("unbacked",))
+def item_prim(t: TensorProxy, what: str) -> NumberProxy:
+    """`t.item()`, the value of an unbacked symbol (emitted by `item` below, which names the output)."""
+    raise AssertionError("prims.item is emitted by the tracer, never called while tracing")
+
+
+def _checked_scalar(t: TensorProxy, op: str) -> None:
+    if t.dtype.is_complex or t.dtype == torch.bool:
+        kind = "a complex" if t.dtype.is_complex else "a bool"
+        raise unsupported(f"Tensor.{op} of {kind} tensor", "branching on tensor data is data-dependent; use "
+                          "torch.where, or keep the value a tensor")  # fmt: skip
+    if len(context.require().scopes) != 1:
+        raise unsupported(f"Tensor.{op}", "inside an op's decomposition; call it from the program itself")
+
+
+def _value_symbol(t: TensorProxy, what: str) -> Any:
+    lo, hi = _INT_RANGES.get(t.dtype, (None, None))
+    kind = float if t.dtype.is_floating_point else int
+    return unbacked.new_symbol(what, kind, lo, hi, op="item")
+
+
+def item(t: TensorProxy) -> NumberProxy:
+    """`t.item()`: an unbacked int (integer tensors) or float (floating tensors), bound by `prims.item`."""
+    _checked_scalar(t, "item")
+    numel = _numel(t.dims)
+    if not decide(E.eq(numel, 1), "item", "item() needs one element"):
+        raise RuntimeError(f"a Tensor with {numel.eval(context.require().decider.hints)} elements cannot be "
+                           "converted to Scalar")  # fmt: skip
+    e = _value_symbol(t, "item()")
+    name = next(iter(e.free_symbols()))
+    state = context.require()
+    info = state.decider.unbacked.symbols[name]
+    proxy = NumberProxy(name, e, state.decider.hints[name], info.python_type)
+    from specengine.provenance import user_frame
+    from specengine.trace.symbol import BoundSymbol
+
+    state.emit(BoundSymbol(item_prim, (t, info.description), (), proxy, (), user_frame("item")))
+    return proxy
+
+
+def tolist(t: TensorProxy) -> Any:
+    """`t.tolist()` of a 1-D integer or floating tensor: a list of unbacked values (its length is pinned)."""
+    _checked_scalar(t, "tolist")
+    if t.ndim != 1:
+        raise unsupported("Tensor.tolist", "only 1-D tensors become lists of data-dependent values")
+    n = context.require().pin(t.dims[0], "tolist", "the list's length")
+    return [item(prims.squeeze(prims.slice_prim(t, (i,), (i + 1,), (1,)), (0,))) for i in range(n)]
+
+
+TensorProxy.item = item
+TensorProxy.tolist = tolist
+
+
+# Output sizes from data.
+
+
+@torchop(torch.nonzero, torch.Tensor.nonzero, name="nonzero", methods=("nonzero",))
+def nonzero(a: TensorProxy, *, as_tuple: bool = False) -> Any:
+    """The indices of nonzero elements: (u, ndim) with `0 <= u <= a.numel()`."""
+    out = prims.PRIMS["nonzero_rows"](a)
+    u = out.dims[0]
+    if not as_tuple:
+        return out
+    if a.ndim == 0:  # torch: one index tensor, as for a 1-element 1-D input
+        return (prims.reshape(prims.slice_prim(out, (0, 0), (u, 0), (1, 1)), (u,)),)
+    return tuple(prims.squeeze(prims.slice_prim(out, (0, i), (u, i + 1), (1, 1)), (1,)) for i in range(a.ndim))
+
+
+@prims.prim("nonzero_rows", impl=torch.nonzero)
+def nonzero_rows(a: TensorProxy) -> TensorProxy:
+    u = unbacked.new_size("rows of nonzero", _numel(a.dims), "nonzero")
+    return prims.new_tensor((u, a.ndim), torch.int64, [a])
+
+
+@torchop(torch.argwhere, torch.Tensor.argwhere, name="argwhere", methods=("argwhere",))
+def argwhere(a: TensorProxy) -> TensorProxy:
+    return nonzero(a)
+
+
+@torchop(torch.masked_select, torch.Tensor.masked_select, name="masked_select", methods=("masked_select",))
+def masked_select(a: TensorProxy, mask: TensorProxy) -> TensorProxy:
+    """The elements of `a` where `mask` (broadcast together) is true: (u,) with `0 <= u <= numel`."""
+    from specengine.ops.utils import broadcast_shapes
+
+    if not isinstance(mask, TensorProxy) or mask.dtype != torch.bool:
+        dtype = mask.dtype if isinstance(mask, TensorProxy) else type(mask).__name__
+        raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {dtype}")
+    return prims.PRIMS["select_mask"](a, mask, broadcast_shapes(a.dims, mask.dims))
+
+
+@prims.prim("select_mask", impl=lambda a, mask, shape: torch.masked_select(a, mask))
+def select_mask(a: TensorProxy, mask: TensorProxy, shape: tuple) -> TensorProxy:
+    u = unbacked.new_size("elements of masked_select", _numel(shape), "masked_select")
+    return prims.new_tensor((u,), a.dtype, [a, mask])
+
+
+def masked_index(a: TensorProxy, mask: TensorProxy, rest: int) -> TensorProxy:
+    """`a[mask]` (then `rest` full slices): (u, *a.shape[mask.ndim:]) with `0 <= u <= mask.numel()`."""
+    k = mask.ndim
+    if k > a.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {a.ndim}")
+    for i, (m, d) in enumerate(zip(mask.dims, a.dims)):
+        if not decide(E.eq(m, d), "getitem", "the mask's shape matches the indexed dims"):
+            raise IndexError(f"The shape of the mask [{m}] at index {i} does not match the shape of the indexed "
+                             f"tensor [{d}] at index {i}")  # fmt: skip
+    return prims.PRIMS["index_mask"](a, mask, rest)
+
+
+@prims.prim("index_mask", impl=lambda a, mask, rest: a[(mask,) + (slice(None),) * rest])
+def index_mask(a: TensorProxy, mask: TensorProxy, rest: int) -> TensorProxy:
+    u = unbacked.new_size("rows of x[mask]", _numel(mask.dims), "getitem")
+    return prims.new_tensor((u, *a.dims[mask.ndim :]), a.dtype, [a])

@@ -1,0 +1,271 @@
+"""Data-dependent sizes and values (issue 14): unbacked symbols, decided by proof or by a run-time check.
+
+Each sweep runs the same call shapes over data of different densities (all False, all True, random; sizes 0, 1, 2
+and larger), compares with eager, and asserts exactly one compile: the data never recompiles. A call whose data
+contradicts a decision raises DataDependentCheckError naming this file's line; no guard mentions an unbacked symbol.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from helpers import counts
+
+import specengine
+from specengine import DataDependentCheckError, UnsupportedOpError
+
+
+def _masks(n: int, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed + n)
+    return [torch.zeros(n, dtype=torch.bool), torch.ones(n, dtype=torch.bool), torch.rand(n, generator=g) > 0.5]
+
+
+def _no_unbacked_guards(cfn) -> None:
+    for entry in specengine.cache_entries(cfn):
+        for g in entry.guards:
+            assert not re.search(r"\bu\d+\b", str(g)), f"a guard on an unbacked symbol: {g}"
+        assert "u0" not in str(entry.prologue)
+
+
+def _data_sweep(fn, calls) -> specengine.CompiledFunction:
+    """Compile once, run every call against eager: exactly one compile, every later call a hit."""
+    cfn = specengine.compile(fn, dynamic=True)
+    for args in calls:
+        torch.testing.assert_close(cfn(*args), fn(*args))
+    assert counts(cfn) == (1, len(calls) - 1)
+    _no_unbacked_guards(cfn)
+    return cfn
+
+
+def _same_shape_calls(n: int, cols: int | None = None) -> list[tuple]:
+    x = torch.randn(n) if cols is None else torch.randn(n, cols)
+    return [(x, m) for m in _masks(n)]
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7])
+def test_mask_sum_over_densities(n):
+    _data_sweep(lambda x, m: x[m].sum(), _same_shape_calls(n))
+
+
+def test_mask_sum_over_sizes_and_densities():
+    _data_sweep(lambda x, m: x[m].sum(), [c for n in (0, 1, 2, 5) for c in _same_shape_calls(n)])
+
+
+def test_mask_times_two_then_reductions():
+    def f(x, m):
+        y = x[m] * 2
+        return y.sum(0), y.abs().sum(), y.shape[0]
+
+    _data_sweep(f, [c for n in (0, 1, 2, 6) for c in _same_shape_calls(n, 3)])
+
+
+def test_masked_select_and_where_one_argument():
+    def f(x, m):
+        (rows,) = torch.where(m)
+        return torch.masked_select(x, m).sum(), rows * 2, m.nonzero().shape[0]
+
+    _data_sweep(f, [c for n in (0, 1, 2, 5) for c in _same_shape_calls(n)])
+
+
+def test_nonzero_feeds_index_select():
+    def f(x, m):
+        idx = torch.nonzero(m)[:, 0]
+        y = torch.index_select(x, 0, idx)
+        return (y * 3).sum(0), idx.numel()
+
+    calls = [c for n in (0, 1, 2, 6) for c in _same_shape_calls(n, 4)]
+    cfn = _data_sweep(f, calls)
+    final = str(specengine.last_traces(cfn)[-1])
+    assert "u0 = prims.unbacked_size(" in final and "rows of nonzero at test_unbacked.py:" in final
+
+
+def test_nonzero_2d_argwhere_and_as_tuple():
+    def f(a):
+        rows, cols = torch.nonzero(a, as_tuple=True)
+        return torch.argwhere(a), rows + cols, a[a > 0.5].shape
+
+    _data_sweep(f, [(torch.rand(n, 3),) for n in (0, 1, 2, 4)] + [(torch.zeros(3, 3),), (torch.ones(2, 3),)])
+
+
+def test_arange_of_item():
+    def f(t, x):
+        n = t.item()
+        return torch.arange(n) * 2, x * n, n + 1
+
+    calls = [(torch.tensor(k), torch.randn(3)) for k in (0, 1, 2, 5)]
+    cfn = _data_sweep(f, calls)
+    final = str(specengine.last_traces(cfn)[-1])
+    assert "u0 = prims.item(t, 'item() at test_unbacked.py:" in final
+
+
+def test_float_item_is_symbolic():
+    _data_sweep(lambda x: x * x.sum().item() + 1, [(torch.randn(n),) for n in (0, 1, 2, 4)])
+
+
+def test_tolist_of_a_1d_int_tensor():
+    def f(t, x):
+        a, b = t.tolist()
+        return x[:, a:b].sum(), a * b
+
+    _data_sweep(f, [(torch.tensor([i, j]), torch.randn(2, 5)) for i, j in ((0, 3), (1, 1), (2, 5))])
+
+
+def test_reshape_of_masked_rows_is_proved():
+    def f(x, m):
+        return x[m].reshape(-1).sum(), x[m].reshape(-1, x.shape[1]).sum(0)  # numel s1*u0: divisible, proved
+
+    cfn = _data_sweep(f, [c for n in (0, 1, 3) for c in _same_shape_calls(n, 3)])
+    assert "check_sym" not in str(specengine.last_traces(cfn)[-1])
+
+
+def test_size_oblivious_branch_is_asserted_at_run_time():
+    def f(x, m):
+        y = x[m]
+        if y.shape[0] > 0:  # size-oblivious: assumed, checked at run time
+            return y * 2
+        return x
+
+    cfn = _data_sweep(f, [(x, m) for x, m in _same_shape_calls(4)[1:]])
+    x = torch.randn(4)
+    with pytest.raises(DataDependentCheckError, match=r"u0 > 0.*test_unbacked.py:\d+.*rows of x\[mask\].*u0 = 0"):
+        cfn(x, torch.zeros(4, dtype=torch.bool))
+    assert isinstance(DataDependentCheckError("x"), RuntimeError)
+    assert counts(cfn) == (1, 2)  # the failing call hit the entry: never a recompile
+    text = specengine.explain(cfn)
+    assert re.search(r"run-time check: u0 > 0 +# test_unbacked.py:\d+", text)
+
+
+def test_check_is_assumed_and_asserted():
+    def f(x, m):
+        y = x[m]
+        specengine.check(y.shape[0] >= 2)
+        return y[:2] * 2, y.shape[0] >= 2  # the slice is the first two rows; the comparison is proved
+
+    cfn = specengine.compile(f, dynamic=True)
+    x = torch.randn(5)
+    for m in (x > -9, torch.tensor([True, True, False, False, False])):
+        got = cfn(x, m)
+        torch.testing.assert_close(got[0], x[m][:2] * 2)
+        assert got[1] is True
+    with pytest.raises(DataDependentCheckError, match=r"specengine.check.*test_unbacked.py:\d+.*u0 = 1"):
+        cfn(x, torch.tensor([True, False, False, False, False]))
+    assert counts(cfn) == (1, 2)
+    _no_unbacked_guards(cfn)
+
+
+def test_check_on_backed_sizes_is_a_guard():
+    def f(x):
+        specengine.check(x.shape[0] > 1)
+        return x * 2
+
+    cfn = specengine.compile(f, dynamic=True)
+    cfn(torch.randn(3))
+    assert [str(g) for g in specengine.last_guards(cfn)] == ["x.shape[0] > 1"]
+    with pytest.raises(RuntimeError):
+        cfn(torch.randn(1))
+    specengine.check(True)
+    with pytest.raises(RuntimeError):
+        specengine.check(False)
+
+
+def test_torch_check_on_unbacked_is_asserted():
+    def f(t):
+        n = t.item()
+        torch._check(n >= 0)
+        torch._check(n <= 10)
+        return torch.zeros(n, 2).sum(0) + n
+
+    cfn = _data_sweep(f, [(torch.tensor(k),) for k in (0, 3, 10)])
+    with pytest.raises(RuntimeError, match=r"test_unbacked.py:\d+"):
+        cfn(torch.tensor(11))
+
+
+def test_branch_on_item_value_is_refused():
+    def f(t, x):
+        return x * 2 if t.item() > 0 else x
+
+    cfn = specengine.compile(f, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"data-dependent u0 .*test_unbacked.py:\d+.*torch.where.*check"):
+        cfn(torch.tensor(3), torch.randn(2))
+    assert counts(cfn) == (0, 0)
+
+
+def test_branch_on_tensor_data_is_refused():
+    cfn = specengine.compile(lambda x: x if x.sum() > 0 else -x, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"torch.where"):
+        cfn(torch.randn(3))
+    cfn = specengine.compile(lambda x: x * 2 if x.sum().item() > 0 else x, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"specengine.check"):
+        cfn(torch.randn(3))
+
+
+def test_pinning_an_unbacked_value_is_refused():
+    cfn = specengine.compile(lambda t, x: [x * i for i in range(t.item())], dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"concrete value of data-dependent u0.*test_unbacked.py:\d+"):
+        cfn(torch.tensor(2), torch.randn(2))
+
+
+def test_guard_on_unbacked_is_impossible():
+    from specengine.constraints import expr as E
+    from specengine.constraints.decide import Decider
+    from specengine.constraints.unbacked import UnbackedSymbol
+    from specengine.provenance import Provenance
+
+    d = Decider({"s0": 3}, {"s0": (0, None)})
+    d.unbacked.add(UnbackedSymbol("u0", int, "rows", Provenance("x.py", 1), 0, None, E.sym("s0")))
+    with pytest.raises(specengine.SpecEngineError, match="internal error: a guard on a data-dependent symbol"):
+        d.record(E.gt(E.sym("u0"), 1), Provenance("x.py", 2))
+    assert d.prove(E.le(E.sym("u0"), E.sym("s0"))) is True
+    assert d.prove(E.ge(E.sym("u0"), 0)) is True
+    assert d.prove(E.gt(E.sym("u0"), 0)) is None
+    assert d.prove(E.gt(E.sym("u0"), 0), frozenset({"u0"})) is True
+
+
+def test_mask_shape_mismatch_raises_eagers_error():
+    cfn = specengine.compile(lambda x, m: x[m], dynamic=True)
+    with pytest.raises(IndexError):
+        cfn(torch.randn(3), torch.ones(4, dtype=torch.bool))
+
+
+def test_printed_trace_runs():
+    def f(x, m):
+        y = x[m]
+        if y.shape[0] > 0:
+            return y.sum() * y.shape[0]
+        return x.sum()
+
+    cfn = specengine.compile(f, dynamic=True)
+    x, m = torch.randn(5), torch.tensor([True, False, True, True, False])
+    expected = cfn(x, m)
+    trace = specengine.last_traces(cfn)[-1]
+    torch.testing.assert_close(trace.python_callable()(x, m), expected)
+
+
+def test_broadcasts_of_unbacked_sizes_need_no_decision():
+    def f(x, w, m):
+        a, b = x[m], w[m]  # two symbols, equal at run time: the broadcast is `u1 if u0 == 1 else u0`
+        return (a * b).sum(), (a[:, None] + b[None, :]).shape, (a + w[:1]).sum()
+
+    calls = [(torch.randn(n), torch.randn(n), m) for n in (1, 2, 5) for m in _masks(n)]
+    _data_sweep(f, calls)
+    cfn = specengine.compile(lambda x, m, y: x[m] + y, dynamic=True)  # broadcast against an input: eager's error
+    cfn(torch.randn(3), torch.tensor([True, False, True]), torch.randn(2))
+    with pytest.raises(RuntimeError, match="must match"):
+        cfn(torch.randn(3), torch.tensor([True, True, True]), torch.randn(2))
+
+
+@pytest.mark.parametrize("dynamic", [True, False, None])
+def test_data_never_recompiles_in_any_mode(dynamic):
+    def f(x, m, t):
+        return x[m].sum() + torch.arange(1, t.item()).sum()
+
+    cfn = specengine.compile(f, dynamic=dynamic)
+    x = torch.randn(6)
+    for i, m in enumerate(_masks(6)):
+        torch.testing.assert_close(cfn(x, m, torch.tensor(i + 1)), f(x, m, torch.tensor(i + 1)))
+    assert counts(cfn) == (1, 2)
+    with pytest.raises(RuntimeError, match="inconsistent with step sign"):  # arange(1, 0): eager's error, at run time
+        cfn(x, m, torch.tensor(0))
+    _no_unbacked_guards(cfn)
