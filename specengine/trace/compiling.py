@@ -52,7 +52,10 @@ def _check_with(error_type: type, cond: Any, message: Any = None) -> None:
     from specengine.constraints import expr as E
 
     b = cond.expr if cond.expr.is_bool else E.ne(cond.expr, 0)
-    if not state.check(b, "torch._check", _message(message, None)):
+    if state.decider.unbacked.mentions(b):  # assumed and asserted at run time (a callable message is not formatted)
+        state.check(b, "torch._check", message if isinstance(message, str) else None)
+        return None
+    if not state.decide(b, "torch._check", "a checked fact"):
         raise error_type(_message(message, "Expected cond to be True, but got False"))
     return None
 
