@@ -113,9 +113,20 @@ def test_layout_predicates_record_nothing(state):
     assert state.decider.constraints == []
 
 
-def test_data_dependent_sizes_are_refused(state):
+def test_unbacked_sizes_from_the_shape_env(state):
+    from torch.fx.experimental.symbolic_shapes import _constrain_range_for_size, has_free_unbacked_symbols
+
+    u = SE.SHAPE_ENV.create_unbacked_symint()  # what torch's fake rules ask for
+    name = str(u)
+    assert name in state.decider.unbacked.symbols and has_free_unbacked_symbols(u)
+    _constrain_range_for_size(u, max=7)
+    info = state.decider.unbacked.symbols[name]
+    assert (info.lo, info.hi) == (0, 7) and info.size_like
+    assert (u >= 0).node.statically_known_true() and (u <= 7).node.statically_known_true()
+    assert not (u >= 1).node.guard_or_false()  # not provable: the safe default, no check
+    assert state.decider.constraints == [] and state.pending == []
     with pytest.raises(SE.DataDependentError):
-        SE.SHAPE_ENV.create_unbacked_symint()
+        SE.SHAPE_ENV.create_unbacked_symbool()
 
 
 # Ops through the generic path, against eager, with exact miss counts.
@@ -175,7 +186,8 @@ def test_interpolate_pins_the_size_and_reports_it():
     assert K.pin_report().get("torch.nn.functional.interpolate", 0) >= 1
 
 
-@pytest.mark.parametrize("fn", [torch.unique, lambda a: torch.repeat_interleave(a.long().abs())])  # fmt: skip
+# data-dependent: one_hot without num_classes has no fake rule in torch
+@pytest.mark.parametrize("fn", [lambda a: F.one_hot(a.long().abs())])
 def test_data_dependent_ops_raise_unsupported(fn):
     cfn = specengine.compile(lambda a: fn(a), dynamic=True)
     with pytest.raises(specengine.UnsupportedOpError):

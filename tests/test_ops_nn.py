@@ -436,8 +436,7 @@ def _mask_index(x: torch.Tensor) -> torch.Tensor:
 
 UNSUPPORTED = [
     ("data-dependent u0", lambda x: x * len(torch.nonzero(x))),  # a data-dependent size pinned
-    ("unique", lambda x: torch.unique(x)),
-    ("unique", lambda x: x.unique(return_counts=True)),
+    ("one_hot", lambda x: F.one_hot(x.long().abs())),  # data-dependent, and torch has no fake rule for it
     ("data-dependent u0", _mask_index),  # a branch on a data-dependent size that size-oblivious cannot decide
     ("data-dependent u0", lambda x: x if x.sum().item() > 0 else -x),
     ("Tensor.tolist", lambda x: x.tolist()),  # 2-D

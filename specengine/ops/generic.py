@@ -5,8 +5,12 @@ kernel computes symbolic output sizes and every decision it takes becomes one of
 op has no meta kernel, its decomposition (`torch._decomp`, which holds `torch._refs`) runs instead. The result
 is one bound symbol that the torch executor runs as the real torch op.
 
-Refused with UnsupportedOpError (never a crash, never a wrong result): data-dependent output sizes (aten ops
-tagged `dynamic_output_shape` or `data_dependent_output`: nonzero, masked_select, `.item()`), `out=`, results
+Data-dependent aten ops (tagged `dynamic_output_shape` or `data_dependent_output`: unique, bincount,
+repeat_interleave with tensor repeats, ...) run torch's own fake rules (ops/fake_rules.py): their sizes are unbacked
+symbols, read from the real op's output by the computation.
+
+Refused with UnsupportedOpError (never a crash, never a wrong result): data-dependent ops torch has no fake rule
+for, data-dependent values a kernel makes but no output carries, `out=`, results
 that are not tensors (a Python value could depend on the real tensor's strides), in-place ops that change a
 tensor's metadata (`t_`, `resize_`), tensors closed over from outside, and kernels that fail only on symbolic
 sizes. In-place ops (found by the meta tensors' version counters) run in place, in program order, like the
@@ -26,6 +30,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from specengine.errors import UnsupportedOpError
+from specengine.ops import fake_rules
 from specengine.trace import context, unbound_methods
 from specengine.trace import kernel_decisions as K
 from specengine.trace import shape_env as SE
@@ -33,7 +38,7 @@ from specengine.trace import symnode as S
 from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy, unsupported
 from specengine.trace.symbol import Symbol
 
-_REFUSED_TAGS = tuple(getattr(torch.Tag, t) for t in ("dynamic_output_shape", "data_dependent_output")
+_DATA_DEPENDENT_TAGS = tuple(getattr(torch.Tag, t) for t in ("dynamic_output_shape", "data_dependent_output")
                       if hasattr(torch.Tag, t))  # fmt: skip
 _VALUE_RESULTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, type(None))
 _SYMBOLS: dict[tuple, Symbol] = {}
@@ -77,28 +82,30 @@ def _resolve(path: str) -> Any:
     return obj
 
 
-def _symbol(func: Callable, name: str, pure: bool) -> Symbol:
-    sym = _SYMBOLS.get((func, pure))
+def _symbol(func: Callable, name: str, pure: bool, unbacked: bool = False) -> Symbol:
+    """The generic bound symbol of `func`; tagged "unbacked" where it makes unbacked symbols (never merged)."""
+    sym = _SYMBOLS.get((func, pure, unbacked))
     if sym is None:
         module, _, short = name.rpartition(".")
-        sym = Symbol(
-            short, module, meta=lambda *a, **k: _pending.pop(), impl=func, pure=pure, tags=frozenset({"generic"})
-        )
-        _SYMBOLS[(func, pure)] = sym
+        tags = frozenset({"generic", "unbacked"} if unbacked else {"generic"})
+        sym = Symbol(short, module, meta=lambda *a, **k: _pending.pop(), impl=func, pure=pure, tags=tags)
+        _SYMBOLS[(func, pure, unbacked)] = sym
     return sym
 
 
 class _MetaMode(TorchDispatchMode):
-    """Refuses data-dependent aten ops; runs a decomposition where an op has no meta kernel; notes random ops."""
+    """Runs data-dependent aten ops by torch's fake rules; a decomposition where an op has no meta kernel; notes
+    random ops."""
 
     random = False  # an aten op draws random numbers: the call is impure (never merged or dropped, kept in order)
+    device = torch.device("cpu")  # the device of the call's tensors (some fake rules depend on it)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if _RANDOM_TAG is not None and _RANDOM_TAG in func.tags:
             self.random = True
-        if any(tag in func.tags for tag in _REFUSED_TAGS) and not _integer_indexing(func, args):
-            raise SE.DataDependentError(f"{func} has a data-dependent output")
+        if any(tag in func.tags for tag in _DATA_DEPENDENT_TAGS) and not _integer_indexing(func, args):
+            return fake_rules.run(self, func, args, kwargs, self.device)
         if func is _SIZE:  # called back from a C++ composite (cov); torch's own call on our SymInts asserts
             return list(args[0].shape)
         if func is _EMPTY_STRIDED:  # strides are not modelled: a contiguous stand-in needs no storage-size guards
@@ -176,15 +183,19 @@ def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
     if "device" in mkwargs and mkwargs["device"] is not None:
         device, mkwargs["device"] = _device(mkwargs["device"]), "meta"
     mode = _MetaMode()
-    out = _run_meta(func, name, margs, mkwargs, mode)
     device = device or (stand_ins.devices[0] if stand_ins.devices else torch.device("cpu"))
+    mode.device = device
+    before = fake_rules.symbols_before()
+    with context.require().deferred():  # run-time checks the kernel decides follow the op (they read its sizes)
+        out = _run_meta(func, name, margs, mkwargs, mode)
     pure = _check_mutations(name, stand_ins) and not mode.random
     result = _outputs(name, out, stand_ins, device, pure)
     inputs = {id(p) for _, p, _ in stand_ins.tensors}
     if pure and all(id(r) in inputs for r in pytree.tree_leaves(result) if isinstance(r, Proxy)):
         return result  # returns its input itself (e.g. `contiguous` of a contiguous tensor): nothing to run
+    unbacked = fake_rules.bind_new_symbols(name, result, before)
     _pending.append(result)
-    return context.require().record(_symbol(func, name, pure), args, kwargs)
+    return context.require().record(_symbol(func, name, pure, unbacked), args, kwargs)
 
 
 def _check_printable(name: str, tree: Any) -> None:
@@ -290,6 +301,8 @@ def _outputs(name: str, out: Any, stand_ins: _Stand_ins, device: torch.device, p
             results.append(proxy)
         elif isinstance(leaf, _VALUE_RESULTS):
             results.append(leaf)
+        elif (number := fake_rules.number(leaf)) is not None:  # `.item()` of an integer tensor
+            results.append(number)
         else:
             raise unsupported(name, f"it returns a {type(leaf).__name__}, which the generic path does not trace "
                               "(it could depend on the real tensor's layout or data)")  # fmt: skip

@@ -1,4 +1,4 @@
-"""Neural-network ops (embedding, norms, dropout, scaled_dot_product_attention, losses) and data-dependent ops.
+"""Neural-network ops (embedding, norms, dropout, scaled_dot_product_attention, losses).
 
 Decompositions compute in opmath (float32 for float16/bfloat16) as the CPU kernels do. Sizes that may be 0 need
 no decision: maxima use `prims.amax_ninf` (the max of nothing is -inf), means divide by symbolic counts.
@@ -21,7 +21,7 @@ from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported
 
 __all__ = [
     "embedding", "torch_embedding", "layer_norm", "rms_norm", "group_norm", "torch_group_norm", "dropout",
-    "torch_dropout", "scaled_dot_product_attention", "cross_entropy", "mse_loss", "unique",
+    "torch_dropout", "scaled_dot_product_attention", "cross_entropy", "mse_loss",
 ]  # fmt: skip
 
 NEG_INF = float("-inf")
@@ -604,19 +604,3 @@ def _weighted_mse(input: TensorProxy, target: TensorProxy, weight: TensorProxy, 
     if reduction == "none":
         return errors
     return lt.sum(errors) if reduction == "sum" else lt.div(lt.sum(errors), lt.sum(weight))
-
-
-# Data-dependent ops: their output shapes depend on tensor values, which a trace does not know.
-
-_SHAPE = "its output shape depends on the tensor's values"
-
-
-def _data_dependent(name: str, fns: tuple, hint_text: str) -> Any:
-    def decomposition(*args: Any, **kwargs: Any) -> Any:
-        raise unsupported(name, f"{_SHAPE}; {hint_text}")
-
-    decomposition.__name__ = name
-    return torchop(*fns, name=name, methods=(name,))(decomposition)
-
-
-unique = _data_dependent("unique", (torch.unique, torch.Tensor.unique), "call it outside the compiled function")

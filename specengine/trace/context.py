@@ -105,6 +105,19 @@ class TraceState:
         self.scopes[0].extend(self.pending)
         self.pending.clear()
 
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Bound symbols emitted meanwhile (run-time checks a kernel decides) wait for the next top-level op."""
+        self.scopes.append([])
+        try:
+            yield
+        except BaseException:
+            if len(self.scopes) == 2:
+                self.pending.clear()
+            raise
+        finally:
+            self.scopes.pop()
+
     def emit(self, bsym: Any) -> None:
         """Add a bound symbol at the top level: now, or right after the top-level op being recorded."""
         (self.scopes[0] if len(self.scopes) == 1 else self.pending).append(bsym)
@@ -182,7 +195,10 @@ class TraceState:
         if self.decider.unbacked.mentions(e):
             from specengine.trace import unbacked
 
-            raise unbacked.pin_error(e, op, reason)
+            value = unbacked.proved_value(self, e)  # no guard: true for every call
+            if value is None:
+                raise unbacked.pin_error(e, op, reason)
+            return value
         return self.decider.pin(e, user_frame(op, reason))
 
 

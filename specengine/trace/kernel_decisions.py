@@ -106,6 +106,9 @@ def decide_or(b: E.Expr, default: bool) -> bool:
     it needs with torch._check), so it is given unrecorded unless the hint or the constraints say otherwise."""
     if b.op == "bconst":
         return b.value
+    if state().decider.unbacked.mentions(b):  # data-dependent: what the facts prove, else the safe default
+        proved = state().decider.prove(b)
+        return default if proved is None else proved
     if bool(hint(b)) == default:
         return default
     return decide(b, f"guard_or_{str(default).lower()}")

@@ -8,7 +8,8 @@ our constraints, with provenance: the user's line, the op, and the kernel's reas
 
 Floats are concrete: converting a symbolic int to a float (`sym_float`, true division) pins it with a recorded
 guard; symbolic float inputs become nodes that pin their value when a kernel reads them. Data-dependent
-(unbacked) sizes are refused: `shape_env.create_unbacked_symint` raises UnsupportedOpError.
+(unbacked) sizes are nodes over our unbacked symbols (`shape_env.create_unbacked_symint`); decisions on them are
+proved or asserted at run time, never guarded (trace/unbacked.py).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class ExprNode:
 
     @property
     def expr(self) -> Any:
-        return SE.ExprView(self.expr_) if self.pytype is not float else self._fval()
+        return SE.sympy_view(self.expr_) if self.pytype is not float else self._fval()
 
     @property
     def _expr(self) -> Any:

@@ -119,6 +119,21 @@ def branch_error(b: Any, op: str) -> UnsupportedOpError:
                               f"program relies on with specengine.check(...) before it (asserted at run time)")  # fmt: skip
 
 
+def proved_value(state: Any, e: E.Expr) -> int | None:
+    """The one value an expression over unbacked symbols can take, where the ranges and facts prove it (e.g.
+    `min(4, u0)` once `u0 >= 4` is known), else None."""
+    from specengine.constraints.intervals import bounds
+
+    decider = state.decider
+    lo, hi = bounds(e, {**decider.ranges, **decider.unbacked.ranges()})
+    if lo is not None and lo == hi:
+        return lo
+    for candidate in (lo, hi):
+        if candidate is not None and decider.prove(E.eq(e, candidate)) is True:
+            return candidate
+    return None
+
+
 def pin_error(e: Any, op: str, reason: str) -> UnsupportedOpError:
     names = ", ".join(describe(s) for s in sorted(e.free_symbols()) if s in context.require().decider.unbacked.symbols)
     return UnsupportedOpError(f"a concrete value of data-dependent {names}", user_frame(op).where,
