@@ -25,7 +25,6 @@ from specengine.prologue.inputs import (
     ObjectSpec,
     TensorSpec,  # fmt: skip
 )
-from specengine.prologue.structure import EPOCH
 
 
 class _Steps:
@@ -69,7 +68,7 @@ def _unpack(st: _Steps, spec: Any) -> None:
     elif isinstance(spec, ConstSpec):
         _const_check(st, spec)
     elif isinstance(spec, AliasSpec):
-        st.check(f"{spec.local} is not {spec.of}", f"{spec.path} is the same tensor as an earlier argument",
+        st.check(f"{spec.local} is not {spec.of}", f"{spec.path} is the same {spec.what} as an earlier argument",
                  (f"{spec.path} is that tensor", f"{spec.local} is {spec.of}"))  # fmt: skip
     elif isinstance(spec, (NodeSpec, ObjectSpec)):
         _node_checks(st, spec) if isinstance(spec, NodeSpec) else _object_checks(st, spec)
@@ -78,8 +77,8 @@ def _unpack(st: _Steps, spec: Any) -> None:
             _unpack(st, c)
 
 
-def _distinct_check(st: _Steps, tensors: list[TensorSpec]) -> None:
-    """Tensor arguments that were distinct objects are distinct again (`a is b` in the program was False)."""
+def _distinct_check(st: _Steps, tensors: list, what: str = "tensor arguments") -> None:
+    """Arguments that were distinct objects are distinct again (`a is b` in the program was False)."""
     if len(tensors) == 2:
         a, b = tensors
         st.check(
@@ -87,7 +86,20 @@ def _distinct_check(st: _Steps, tensors: list[TensorSpec]) -> None:
         )
     elif len(tensors) > 2:
         ids = "".join(f"id({t.local}), " for t in tensors)
-        st.check(f"len({{{ids}}}) != {len(tensors)}", "the tensor arguments are distinct objects")
+        st.check(f"len({{{ids}}}) != {len(tensors)}", f"the {what} are distinct objects")
+
+
+def _mutable_checks(st: _Steps, specs: InputSpecs) -> None:
+    """Lists, dicts and plain objects passed in (each traced as one shadow) are distinct, as they were, and none
+    is an object the program reaches from outside its arguments (a module's attribute...), which it would not
+    see through the shadow."""
+    mutables = [spec for spec, _ in specs.mutables.values()]
+    _distinct_check(st, mutables, "lists, dicts and objects passed in")
+    if specs.outside_ids:
+        outside = st.name(specs.outside_ids, "outside_ids")
+        for m in mutables:
+            st.check(f"id({m.local}) in {outside}", f"{m.path} is not an object reachable from outside the arguments",
+                     (f"{m.path} is such an object", f"id({m.local}) in {outside}"))  # fmt: skip
 
 
 def _node_checks(st: _Steps, spec: NodeSpec) -> None:
@@ -96,7 +108,7 @@ def _node_checks(st: _Steps, spec: NodeSpec) -> None:
     x, p = spec.local, spec.path
     if spec.type in (list, tuple):
         st.check(f"len({x}) != {len(spec.children)}", f"len({p}) == {len(spec.children)}", (f"len({p})", f"len({x})"))
-    elif isinstance(spec.context, list) and issubclass(spec.type, dict):
+    elif isinstance(spec.context, list) and issubclass(spec.type, dict) and spec.type is not collections.defaultdict:
         keys = st.name(list(spec.context), "keys")
         st.check(f"list({x}) != {keys}", f"list({p}) == {list(spec.context)!r}", (f"list({p})", f"list({x})"))
     elif spec.node_type is not collections.namedtuple:
@@ -208,6 +220,7 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
     for p in specs.params:
         _unpack(st, p)
     _distinct_check(st, [t for t in specs.leaves(state=False) if isinstance(t, TensorSpec)])
+    _mutable_checks(st, specs)
     st.glb.update(specs.roots)
     _structure_checks(st, specs.structure)  # before the state reads: they rely on the structure
     for p in specs.state:
@@ -247,12 +260,11 @@ def _fail_source(expr: Any) -> str:
 
 
 def _structure_checks(st: _Steps, guards: list) -> None:
-    """One counter comparison per module root; the tree is walked only when a watched module changed."""
-    epoch = st.name(EPOCH, "epoch")
+    """One counter comparison per module root (the tree is walked only when a watched module changed) and one
+    tuple of class version tags per set of classes (prologue/structure.py, prologue/classes.py)."""
     for g in guards:
-        name, seen = st.name(g, "structure"), st.name(g.seen, "seen")
-        st.check(f"{epoch}[0] != {seen}[0] and not {name}()", f"the structure of module {g.path} is unchanged",
-                 ("", f"{name}.explain()"), describe=True)  # fmt: skip
+        fail, text = g.prologue_check(st.name)
+        st.check(fail, text, ("", f"{st.name(g, 'guard')}.explain()"), describe=True)
 
 
 def _captured_checks(st: _Steps, captured: list) -> None:

@@ -17,6 +17,7 @@ from torch.utils import _pytree as pytree
 from specengine.codegen import call_signature, callable_target, check_call, module_of
 from specengine.errors import UnsupportedOpError
 from specengine.marks import Mark, marks_of
+from specengine.prologue.classes import ClassGuard, input_classes
 from specengine.prologue.external import unwrap
 from specengine.prologue.state import StateBuilder, bound, captured
 
@@ -64,6 +65,7 @@ class AliasSpec:
     path: str
     local: str
     of: str  # the local of the earlier argument
+    what: str = "tensor"  # or "object": a list, dict or plain object reached twice (one shadow while tracing)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,8 @@ class InputSpecs:
     external: list = field(default_factory=list)  # ObjGuards: bound self, defaults, partials (prologue/external.py)
     lifted: list = field(default_factory=list)  # (proxy, tensor): tensors closed over from outside (ops/outside.py)
     layout_facts: list = field(default_factory=list)  # (tensor local, memory format, bool) (ops/layouts.py)
+    mutables: dict = field(default_factory=dict)  # id -> (spec, value): lists, dicts, plain objects passed in
+    outside_ids: frozenset = frozenset()  # ids of the mutable objects reachable from outside (trace/mutations.py)
 
     def leaves(self, state: bool = True) -> list:
         """Tensor, int and symbolic float specs, depth first (the order of the traced function's parameters);
@@ -267,20 +271,29 @@ class _Builder:
         if type(value) is float and self._dynamic(path):
             self.specs.hints[local], self.specs.sources[local] = value, path
             return FloatSpec(path, local, local)
+        seen = self.specs.mutables.get(id(value)) if self.tensors is not None else None
+        if seen is not None:  # a list, dict or plain object reached a second time: the same shadow
+            return AliasSpec(path, local, seen[0].local, "object")
         node = _pytree_node(value)
         if node is not None:
             keyed, context = node.flatten_with_keys_fn(value)
             keys = tuple(str(k) for k, _ in keyed)
             children = tuple(self.build(f"{path}{k}", v) for k, (_, v) in zip(keys, keyed))
-            return NodeSpec(path, local, type(value), pytree._get_node_type(value), context, keys, children)
+            spec = NodeSpec(path, local, type(value), pytree._get_node_type(value), context, keys, children)
+            return self._mutable(spec, value) if isinstance(value, (list, dict)) else spec
         if id(value) not in self.objects and plain_instance(value):
             self.objects.add(id(value))  # (a cycle back to an object being built stays a constant)
             attrs = vars(value)
             keys = tuple(f".{a}" for a in attrs)
             children = tuple(self.build(f"{path}{k}", v) for k, v in zip(keys, attrs.values()))
             self.objects.discard(id(value))
-            return ObjectSpec(path, local, type(value), keys, children)
+            return self._mutable(ObjectSpec(path, local, type(value), keys, children), value)
         return ConstSpec(path, local, value)
+
+    def _mutable(self, spec: Any, value: Any) -> Any:
+        if self.tensors is not None:  # an argument (not module state): its aliases share its shadow
+            self.specs.mutables[id(value)] = (spec, value)
+        return spec
 
 
 def _pytree_node(value: Any) -> Any:
@@ -321,6 +334,9 @@ def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | Non
     specs.promoted = promoted
     specs.state = _state_specs(builder, fn, promoted)
     specs.external = unwrap(callable_target(fn))[1] + specs.external  # (module attribute contents first)
+    classes = input_classes(callable_target(fn), specs.params)
+    if classes:
+        specs.structure.append(ClassGuard(classes, "the inputs"))
     return specs
 
 

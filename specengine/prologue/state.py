@@ -16,8 +16,9 @@ from typing import Any, Iterator
 
 import torch
 
+from specengine.prologue.classes import ClassGuard, user_classes
 from specengine.prologue.external import ObjGuard, has_value_semantics
-from specengine.prologue.structure import INTERNAL, StructureGuard
+from specengine.prologue.structure import INTERNAL, StructureGuard, config_objects, put, watch
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Slot:
                 kwds = {**kwds, k: value}
             p.__setstate__((func, args, kwds, d))
         else:
-            self.holder[self.key] = value
+            put(self.holder, self.key, value)  # the engine's own swap: no structure change
 
 
 def module_path(qualname: str, kind: str, root: str = "self") -> str:
@@ -96,6 +97,7 @@ class StateBuilder:
         if id(module) in self.module_ids:
             return
         self.module_ids.add(id(module))
+        watch(module)  # first: it replaces the module dicts that the slots below hold
         self.specs.modules.append((path_root, glb, module))
         self.root(glb, module)
         subs = list(module.named_modules(remove_duplicate=False))
@@ -117,6 +119,8 @@ class StateBuilder:
                 elif type(value) in (list, dict):  # changed in place without a write the counter sees
                     self._contents_guard(path, read, value)
         self.specs.structure.append(StructureGuard(module, path_root, self.promoted))
+        configs = [o for _, sub in subs for o in config_objects(sub)]
+        self.specs.structure.append(ClassGuard([type(s) for _, s in subs] + user_classes(configs), path_root))
         self._promoted_ints(subs, path_root, glb)
 
     def _contents_guard(self, path: str, read: str, value: list | dict) -> None:

@@ -9,15 +9,23 @@ tree of a compiled function) changes through `Module.__setattr__`/`__delattr__`,
 Only when the counter moved since an entry last looked is its tree walked again and compared with the
 fingerprint taken when the entry was compiled.
 
-Not seen: writes that bypass these (`module.__dict__[k] = v`, `module._modules[k] = m`), in-place changes of
-attribute objects (a list attribute appended to; a config object's field) and changes to classes.
+Writes that bypass `__setattr__` are seen too: a watched module's `__dict__`, `_modules`, `_parameters` and
+`_buffers` are replaced by `WatchedDict`s (plain dicts whose item writes bump EPOCH; they pickle and copy as plain
+dicts), so `module.__dict__[k] = v` and `module._modules[k] = m` bump it. Objects held as module attributes (a
+config: a dataclass, a transformers `PretrainedConfig`, any instance of a user class with a `__dict__`) are part of
+the fingerprint field by field, and their class's `__setattr__`/`__delattr__` are wrapped to bump EPOCH for watched
+instances, so `model.config.use_cache = False` is seen. Classes themselves are guarded in `prologue/classes.py`.
+
+Not seen: in-place changes of containers held by a config object (a list field appended to) and writes through
+`object.__setattr__`/`obj.__dict__[k]` on such an object.
 """
 
 from __future__ import annotations
 
 import threading
+import types
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.modules.module as module_mod
@@ -28,6 +36,10 @@ from specengine.prologue.external import has_value_semantics
 EPOCH = [0]
 _watched_modules: set[int] = set()
 _watched_dicts: set[int] = set()
+_watched_objects: set[int] = set()  # config objects held by watched modules (their class's setattr bumps EPOCH)
+_patched_classes: set[type] = set()
+_MODULE_DICTS = ("_modules", "_parameters", "_buffers")
+_MISSING = object()
 _lock = threading.Lock()
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
           "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")  # fmt: skip
@@ -48,22 +60,140 @@ def _global_hook_dicts() -> list[dict]:
     return [d for d in (getattr(module_mod, n, None) for n in _GLOBAL_HOOKS) if isinstance(d, dict)]
 
 
+class WatchedDict(dict):
+    """A watched module's `__dict__`, `_modules`, `_parameters` or `_buffers`: item writes bump EPOCH. Attribute
+    writes through `object.__setattr__` bypass these methods; `Module.__setattr__` is patched for those."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        EPOCH[0] += 1
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        EPOCH[0] += 1
+        dict.__delitem__(self, key)
+
+    def __ior__(self, other: Any) -> WatchedDict:
+        EPOCH[0] += 1
+        dict.update(self, other)
+        return self
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        return (dict, (dict(self),))  # pickles, copies and deep-copies as a plain dict
+
+    def __repr__(self) -> str:
+        return dict.__repr__(self)
+
+
+def put(d: dict, key: Any, value: Any) -> None:
+    """The engine's own write into a module dict (`value` _MISSING: delete), without bumping EPOCH."""
+    if type(d) is WatchedDict:
+        dict.pop(d, key, None) if value is _MISSING else dict.__setitem__(d, key, value)
+    elif value is _MISSING:
+        d.pop(key, None)
+    else:
+        d[key] = value
+
+
+def _bumping_method(name: str) -> Callable:
+    method = getattr(dict, name)
+
+    def bumping(self: WatchedDict, *args: Any, **kwargs: Any) -> Any:
+        EPOCH[0] += 1
+        return method(self, *args, **kwargs)
+
+    bumping.__name__ = name
+    return bumping
+
+
+for _name in ("pop", "popitem", "clear", "update", "setdefault"):
+    setattr(WatchedDict, _name, _bumping_method(_name))
+
+
+def _swap_dicts(m: torch.nn.Module) -> None:
+    """Replace `m`'s plain `__dict__`, `_modules`, `_parameters` and `_buffers` by WatchedDicts (same contents)."""
+    state = m.__dict__
+    for name in _MODULE_DICTS:
+        d = state.get(name)
+        if type(d) is dict:
+            dict.__setitem__(state, name, WatchedDict(d))
+    if type(state) is dict:
+        object.__setattr__(m, "__dict__", WatchedDict(state))
+
+
 def watch(root: torch.nn.Module) -> None:
     """Make changes to `root`'s tree bump EPOCH (installs the patches on first use)."""
     install()
     with _lock:
         for m in root.modules():
+            _swap_dicts(m)
             dicts = {id(getattr(m, h)) for h in _HOOKS if isinstance(getattr(m, h, None), dict)}
             _watched_dicts.update(dicts)
             if id(m) not in _watched_modules:
                 _watched_modules.add(id(m))
                 weakref.finalize(m, _forget, id(m), dicts)  # a dead module's id may be reused: forget it
+            for obj in config_objects(m):
+                _watch_object(obj)
 
 
 def _forget(module_id: int, dicts: set[int]) -> None:
     with _lock:
         _watched_modules.discard(module_id)
         _watched_dicts.difference_update(dicts)
+
+
+def is_config_object(v: Any) -> bool:
+    """An instance of a user class whose state is its `__dict__` (a dataclass, a `PretrainedConfig`, ...)."""
+    cls = type(v)
+    if isinstance(v, (torch.Tensor, torch.nn.Module, type, types.ModuleType, types.FunctionType, types.MethodType)):
+        return False
+    mod = getattr(cls, "__module__", "") or ""
+    engine = mod.startswith("specengine") and not mod.startswith("specengine.examples")
+    return type(getattr(v, "__dict__", None)) is dict and not engine and not mod.startswith(("builtins", "torch"))
+
+
+def config_objects(m: torch.nn.Module, depth: int = 2) -> Iterator[Any]:
+    """Config objects among `m`'s attributes, and those they hold (up to `depth` levels)."""
+    todo = [(v, 0) for k, v in vars(m).items() if k not in INTERNAL and is_config_object(v)]
+    seen: set[int] = set()
+    while todo:
+        obj, d = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        yield obj
+        if d < depth:
+            todo.extend((v, d + 1) for v in vars(obj).values() if is_config_object(v))
+
+
+def _watch_object(obj: Any) -> None:
+    """Attribute writes on `obj` bump EPOCH: its class's `__setattr__`/`__delattr__` are wrapped (once per class)."""
+    cls = type(obj)
+    if cls not in _patched_classes:
+        try:
+            for name in ("__setattr__", "__delattr__"):
+                setattr(cls, name, _object_bumping(getattr(cls, name)))
+        except (TypeError, AttributeError):
+            return  # a class that cannot be patched: its instances' fields stay unwatched
+        _patched_classes.add(cls)
+    if id(obj) not in _watched_objects:
+        _watched_objects.add(id(obj))
+        try:
+            weakref.finalize(obj, _watched_objects.discard, id(obj))
+        except TypeError:
+            pass  # not weakly referenceable: the id stays watched (a spurious bump at worst)
+
+
+def _object_bumping(original: Callable) -> Callable:
+    def wrapper(self: Any, *args: Any) -> Any:
+        if id(self) in _watched_objects:
+            EPOCH[0] += 1
+        return original(self, *args)
+
+    wrapper.__name__ = getattr(original, "__name__", "wrapper")
+    wrapper.__wrapped__ = original
+    return wrapper
 
 
 def _bumping(fn: Callable) -> Callable:
@@ -159,6 +289,7 @@ def fingerprint(root: torch.nn.Module, path: str, skip: frozenset = frozenset(),
     from specengine.prologue.state import module_path
 
     out: dict[str, Any] = {}
+    objects: set[int] = set()  # config objects already listed
     if keep is not None:
         keep.extend(_global_hook_dicts())
         for m in root.modules():
@@ -178,8 +309,24 @@ def fingerprint(root: torch.nn.Module, path: str, skip: frozenset = frozenset(),
         for attr, value in vars(m).items():
             if attr not in INTERNAL and (id(m), attr) not in skip:
                 out[f"{p}.{attr}"] = _attr_key(value)
+                if is_config_object(value):
+                    _object_fields(out, f"{p}.{attr}", value, keep, objects)
         out[f"{p}.training"] = ("value", bool, repr(m.training))
     return out
+
+
+def _object_fields(out: dict, path: str, obj: Any, keep: list | None, seen: set, depth: int = 0) -> None:
+    """The fields of a config object (and of the config objects it holds, two levels deep), each by `_attr_key`;
+    an object held by several modules (one config for every layer) is listed once, under its first path."""
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    for field, value in vars(obj).items():
+        out[f"{path}.{field}"] = _attr_key(value)
+        if keep is not None:
+            keep.append(value)
+        if depth < 2 and is_config_object(value):
+            _object_fields(out, f"{path}.{field}", value, keep, seen, depth + 1)
 
 
 class StructureGuard:
@@ -205,6 +352,11 @@ class StructureGuard:
         watch(self.root)  # the same structure under new objects (a dict reassigned): watch them too
         self.seen[0] = epoch
         return True
+
+    def prologue_check(self, name: Callable) -> tuple[str, str]:
+        """(Python that is true when the check fails, its text), with `name(value, hint)` naming globals."""
+        epoch, guard, seen = name(EPOCH, "epoch"), name(self, "structure"), name(self.seen, "seen")
+        return f"{epoch}[0] != {seen}[0] and not {guard}()", f"the structure of module {self.path} is unchanged"
 
     def explain(self) -> str:
         """The first changed item, as `<what> == <expected> failed: <what> = <actual>`."""

@@ -26,7 +26,7 @@ from specengine.prologue.inputs import (
     ObjectSpec,
     TensorSpec,  # fmt: skip
 )
-from specengine.trace import compiling, effects, objects, torch_settings, unbound_methods, writes
+from specengine.trace import compiling, effects, mutations, objects, torch_settings, unbound_methods, writes
 from specengine.trace.context import NameGen, TraceState, tracing
 from specengine.trace.exceptions import check_caught
 from specengine.trace.proxies import NumberProxy, TensorProxy, tensor_isinstance, unflatten_size
@@ -42,7 +42,7 @@ def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Sh
         made[spec.local] = shadows.param(proxy)
         return proxy
     if isinstance(spec, AliasSpec):
-        return made[spec.of]
+        return made[spec.of]  # the same proxy, or the same shadow
     if isinstance(spec, IntSpec):
         return shadows.param(NumberProxy(names.reserve(spec.symbol), E.sym(spec.symbol), hints[spec.symbol], int))
     if isinstance(spec, FloatSpec):
@@ -53,9 +53,11 @@ def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Sh
         children = [_proxy(c, names, hints, shadows, made) for c in spec.children]
         if spec.node_type is torch.Size:  # a SymSize where a size is symbolic
             return shadows.container(spec, unflatten_size(children, None))
-        return shadows.container(spec, node.unflatten_fn(children, spec.context))
+        made[spec.local] = shadows.container(spec, node.unflatten_fn(children, spec.context))
+        return made[spec.local]
     if isinstance(spec, ObjectSpec):
-        return shadows.object(spec, [_proxy(c, names, hints, shadows, made) for c in spec.children])
+        made[spec.local] = shadows.object(spec, [_proxy(c, names, hints, shadows, made) for c in spec.children])
+        return made[spec.local]
     assert isinstance(spec, ConstSpec)
     shadows.constant(spec)
     return spec.value
@@ -138,11 +140,14 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
         effects.checked(target),
         unbound_methods.swapped(target),
     ):
+        found = mutations.roots(modules, plain, shadows.outside, target)
         with (
             writes.recording(modules, inputs, specs.promoted) as recorder,
             writes.objects_unchanged(plain, target),
             shadows.constants_unchanged(),
+            mutations.unchanged(found, target) as walk,
         ):
+            mutations.check_not_aliased(specs, walk, shadows.rebuilt)
             out = outside.lift(unbound_methods.call_user(fn, args, kwargs))  # a real tensor returned: its proxy
             state.sync_torch_state()  # a change the function did not undo: the computation leaves it too
         specs.writes = recorder.writes

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import collections
 import collections.abc
 import types
 from contextlib import contextmanager
@@ -33,6 +34,7 @@ _IMMUTABLE = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis),
               torch.device, torch.layout, torch.memory_format)  # fmt: skip
 
 
+_WRITABLE_DICTS = (dict, collections.OrderedDict, collections.defaultdict)
 _NOT_WATCHED = (type, types.FunctionType, types.MethodType, types.ModuleType, torch.nn.Module, torch.Tensor)
 
 
@@ -45,10 +47,13 @@ class Shadows:
     constants: set[int] = field(default_factory=set)  # ids of constant inputs (guarded by identity)
     params: list = field(default_factory=list)  # every input proxy, in the order created
     watched: list = field(default_factory=list)  # (path, __dict__) of constant arguments that are not plain objects
+    outside: list = field(default_factory=list)  # (path, value) of constant arguments (trace/mutations.py walks them)
+    rebuilt: set[int] = field(default_factory=set)  # ids of containers among them that tracing itself built
 
     def constant(self, spec: Any) -> None:
         """A constant argument (guarded by identity); one with attributes is watched: tracing must not change it."""
         self.constants.add(id(spec.value))
+        self.outside.append((spec.path, spec.value))
         state = getattr(spec.value, "__dict__", None)
         if type(state) is dict and not isinstance(spec.value, _NOT_WATCHED):
             self.watched.append((spec.path, spec.value, state))
@@ -84,10 +89,16 @@ class Shadows:
         return self._add(spec, obj, dict(obj.__dict__))
 
     def container(self, spec: Any, value: Any) -> Any:
+        """A container argument as tracing sees it (rebuilt by pytree): lists, dicts, OrderedDicts and defaultdicts
+        are shadows, written back after each call; a change to another mutable container (a dict subclass) is
+        refused (trace/mutations.py compares it, as it does constants)."""
         if type(value) is list:
             return self._add(spec, value, list(value))
-        if type(value) is dict:
+        if type(value) in _WRITABLE_DICTS:
             return self._add(spec, value, dict(value))
+        if isinstance(value, (list, dict, set)):
+            self.outside.append((spec.path, value))
+            self.rebuilt.add(id(value))
         return value
 
     def _add(self, spec: Any, shadow: Any, initial: Any) -> Any:

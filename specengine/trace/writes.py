@@ -20,7 +20,7 @@ import torch
 from specengine.prologue import structure
 from specengine.prologue.external import has_value_semantics
 
-_MISSING = object()
+_MISSING = structure._MISSING
 _recorder: contextvars.ContextVar[Any] = contextvars.ContextVar("specengine_writes", default=None)
 
 
@@ -50,7 +50,7 @@ def with_writes(computation: Callable, writes: list[Write]) -> Callable:
             table = w.obj._buffers if w.target == "_buffers" else w.obj.__dict__
             if w.bump or w.name not in table:
                 structure.bump()
-            table[w.name] = v
+            structure.put(table, w.name, v)  # (without a second bump)
         return out
 
     return run
@@ -81,7 +81,7 @@ class _Recorder:
         if type(old) is int and _is_int(value) and key not in self.promoted:
             raise Promote(key)
         self.saved.setdefault(key, (m, name, table, old))
-        table[name] = value
+        structure.put(table, name, value)  # undone in finish(): not a structure change
         return True
 
     def finish(self) -> list[Write]:
@@ -90,9 +90,9 @@ class _Recorder:
         for key, (m, name, table, old) in self.saved.items():
             value = table.get(name, _MISSING)
             if old is _MISSING:
-                table.pop(name, None)
+                structure.put(table, name, _MISSING)
             else:
-                table[name] = old
+                structure.put(table, name, old)
             kind = "_buffers" if table is m._buffers else "__dict__"
             out.append(Write("attr", kind, value, m, name, bump=key not in self.inputs and kind == "__dict__"))
         return out

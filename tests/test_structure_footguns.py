@@ -1,0 +1,489 @@
+"""Footguns of module and object structure (issue 11): what the structure counter, the class guards, the shadows
+and the mutation checks must see. Each call sequence offers an entry compiled for one call an input (or a changed
+model) that it must not serve; every call is compared with eager and exact compile and hit counts are asserted.
+See docs/python-semantics.md, "Python state, modules and containers".
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+import pickle
+from typing import NamedTuple
+
+import pytest
+import torch
+import torch.nn as nn
+from helpers import counts
+
+import specengine
+from specengine import UnsupportedOpError
+
+
+def _same(cfn, fn, *args):
+    with torch.no_grad():
+        torch.testing.assert_close(cfn(*args), fn(*args))
+
+
+class _Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.k = 2
+
+    def forward(self, x):
+        return self.lin(x) * self.k
+
+
+# Writes that bypass setattr ------------------------------------------------------------------------------------
+
+
+def test_direct_writes_to_the_module_dicts_are_noticed():
+    model = _Scaled()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n, 3))
+    model.__dict__["k"] = 3  # no __setattr__
+    _same(cfn, model, torch.randn(2, 3))
+    model._modules["lin"] = nn.Sequential(nn.Linear(3, 3), nn.ReLU())  # another class, written directly
+    _same(cfn, model, torch.randn(1, 3))
+    model._modules["lin"]._modules["0"]._parameters["bias"] = None
+    _same(cfn, model, torch.randn(2, 3))
+    vars(model).update(k=4)
+    _same(cfn, model, torch.randn(0, 3))
+    assert counts(cfn) == (5, 2)
+
+
+def test_direct_writes_undone_serve_the_first_entry_again():
+    model = _Scaled()
+    cfn = specengine.compile(model, dynamic=True)
+    _same(cfn, model, torch.randn(2, 3))
+    model.__dict__["k"] = 5
+    _same(cfn, model, torch.randn(1, 3))
+    model.__dict__.pop("k")
+    model.__dict__.setdefault("k", 2)
+    _same(cfn, model, torch.randn(0, 3))
+    assert counts(cfn) == (2, 1)
+
+
+def test_watched_modules_copy_and_pickle_as_plain_modules():
+    model = _Scaled()
+    cfn = specengine.compile(model, dynamic=True)
+    _same(cfn, model, torch.randn(2, 3))
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert type(clone.__dict__) is dict and type(clone._modules) is dict and type(clone.lin._parameters) is dict
+        torch.testing.assert_close(clone(torch.ones(1, 3)), model(torch.ones(1, 3)))
+    assert list(model.state_dict()) == ["lin.weight", "lin.bias"]
+    assert counts(cfn) == (1, 0)
+
+
+# Config objects ------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Inner:
+    shift: float = 0.0
+
+
+@dataclasses.dataclass
+class _Config:
+    use_scale: bool = True
+    scale: int = 2
+    inner: _Inner = dataclasses.field(default_factory=_Inner)
+
+
+class _Configured(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.config.use_scale:
+            y = y * self.config.scale
+        return y + self.config.inner.shift
+
+
+def test_a_config_field_changed_after_compile_is_noticed():
+    config = _Config()
+    model = nn.Sequential(_Configured(config), _Configured(config))  # one config shared by two layers
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n, 3))
+    config.use_scale = False
+    _same(cfn, model, torch.randn(2, 3))
+    config.inner.shift = 1.5  # a nested config object
+    _same(cfn, model, torch.randn(1, 3))
+    config.use_scale, config.inner.shift = True, 0.0  # back: the first entry serves
+    _same(cfn, model, torch.randn(2, 3))
+    config.scale = 3
+    _same(cfn, model, torch.randn(0, 3))
+    assert counts(cfn) == (4, 3)
+    assert "self._modules['0'].config.scale == 2 failed" in specengine.recompile_reasons(cfn)[-1]
+
+
+def test_a_transformers_config_field_changed_after_compile_is_noticed():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(use_cache=True)
+    model = _Configured(_Config())
+    model.config = config
+
+    def forward(x):
+        y = model.lin(x)
+        return y * 2 if model.config.use_cache else y
+
+    model.forward = forward
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n, 3))
+    config.use_cache = False
+    _same(cfn, model, torch.randn(2, 3))
+    assert counts(cfn) == (2, 2)
+
+
+def test_a_config_changed_while_tracing_is_refused_and_put_back():
+    class Writes(_Configured):
+        def forward(self, x):
+            self.config.scale = x.shape[0]  # would happen only while tracing
+            return self.lin(x)
+
+    config = _Config()
+    model = Writes(config)
+    cfn = specengine.compile(model, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"changing self.config.scale"):
+        cfn(torch.randn(2, 3))
+    assert config.scale == 2 and specengine.cache_entries(cfn) == []
+
+
+# Classes -------------------------------------------------------------------------------------------------------
+
+
+def test_a_method_reassigned_on_the_class_is_noticed():
+    class Model(nn.Module):
+        def helper(self, x):
+            return x * 2
+
+        def forward(self, x):
+            return self.helper(x) + 1
+
+    model = Model()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n))
+    original = Model.helper
+    Model.helper = lambda self, x: x * 3
+    _same(cfn, model, torch.randn(2))
+    type(model).forward = lambda self, x: self.helper(x) - 1
+    _same(cfn, model, torch.randn(1))
+    Model.scale = 4  # a new class attribute: walked, and a new entry (attributes are compared, not uses)
+    _same(cfn, model, torch.randn(1))
+    assert counts(cfn) == (4, 2)
+    assert specengine.recompile_reasons(cfn)[0] == "Model.helper is unchanged failed: Model.helper was reassigned"
+    Model.helper = original
+
+
+def test_a_torch_class_patched_after_compile_is_noticed():
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n, 3))
+    original = nn.ReLU.forward
+    nn.ReLU.forward = lambda self, x: x.abs()
+    try:
+        _same(cfn, model, torch.randn(2, 3))
+    finally:
+        nn.ReLU.forward = original
+    _same(cfn, model, torch.randn(1, 3))  # the class as it was: the first entry serves again
+    assert counts(cfn) == (2, 3)
+
+
+def test_methods_of_a_bound_self_and_of_an_object_argument_are_guarded():
+    class Scaler:
+        def __init__(self):
+            self.k = 2
+
+        def factor(self):
+            return self.k
+
+        def apply(self, x):
+            return x * self.factor()
+
+    s = Scaler()
+    cfn = specengine.compile(s.apply, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, s.apply, torch.randn(n))
+    Scaler.factor = lambda self: self.k + 1
+    _same(cfn, s.apply, torch.randn(2))
+
+    def g(x, obj):
+        return x * obj.factor()
+
+    cg = specengine.compile(g, dynamic=True)
+    _same(cg, g, torch.randn(2), s)
+    Scaler.factor = lambda self: self.k + 2
+    _same(cg, g, torch.randn(1), s)
+    assert counts(cfn) == (2, 2) and counts(cg) == (2, 0)
+
+
+def test_class_tags_are_compared_without_walking(monkeypatch):
+    from specengine.prologue import classes
+
+    if not classes.TAGS_READABLE:
+        pytest.skip("type version tags are not readable on this interpreter")
+    model = _Scaled()
+    cfn = specengine.compile(model, dynamic=True)
+    _same(cfn, model, torch.randn(2, 3))
+    walks = []
+    original = classes.ClassGuard.__call__
+    monkeypatch.setattr(classes.ClassGuard, "__call__", lambda self: walks.append(1) or original(self))
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n, 3))
+    assert walks == []
+    _Scaled.unrelated = 1  # the class changed: one walk, which finds a new attribute (a new entry)
+    try:
+        _same(cfn, model, torch.randn(2, 3))
+        _same(cfn, model, torch.randn(1, 3))
+    finally:
+        del _Scaled.unrelated
+    assert counts(cfn) == (2, 4)
+
+
+# Aliasing of mutable inputs ------------------------------------------------------------------------------------
+
+
+class _Box:
+    def __init__(self):
+        self.items = []
+
+
+def _push(a, b, x):
+    a.items.append(x * 2)
+    return x * len(b.items)
+
+
+def test_a_plain_object_passed_twice_is_one_object():
+    cfn = specengine.compile(_push, dynamic=True)
+    for n, alias in ((2, False), (1, True), (0, False), (2, True)):
+        mine = [_Box(), _Box()]
+        theirs = [_Box(), _Box()]
+        if alias:
+            mine[1], theirs[1] = mine[0], theirs[0]
+        x = torch.randn(n)
+        torch.testing.assert_close(cfn(mine[0], mine[1], x), _push(theirs[0], theirs[1], x))
+        assert [len(b.items) for b in mine] == [len(b.items) for b in theirs]
+        for a, b in zip(mine[0].items, theirs[0].items):
+            torch.testing.assert_close(a, b)
+    assert counts(cfn) == (2, 2)
+    assert specengine.recompile_reasons(cfn)[0].startswith("the lists, dicts and objects passed in are distinct")
+
+
+def test_a_list_reachable_twice_among_the_arguments():
+    def f(box, xs, x):
+        box.items.append(x)
+        return x * len(xs)
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n, alias in ((2, True), (1, False), (0, True), (2, False)):
+        box, ref = _Box(), _Box()
+        args = (box, box.items if alias else [], torch.randn(n))
+        refs = (ref, ref.items if alias else [], args[2])
+        torch.testing.assert_close(cfn(*args), f(*refs))
+        assert len(box.items) == len(ref.items) == 1
+    assert counts(cfn) == (2, 2)
+
+
+def test_an_argument_that_is_also_a_module_attribute_is_refused():
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cache = _Box()
+
+        def forward(self, x, box):
+            box.items.append(x)
+            return x * (len(self.cache.items) + 1)
+
+    model = Holder()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        box, ref, x = _Box(), _Box(), torch.randn(n)
+        torch.testing.assert_close(cfn(x, box), model(x, ref))
+        assert len(box.items) == len(ref.items) == 1
+    with pytest.raises(UnsupportedOpError, match=r"passing self.cache \(a _Box\) as the argument box"):
+        cfn(torch.randn(2), model.cache)
+    assert model.cache.items == [] and counts(cfn) == (1, 2)
+
+
+# Nested state inside objects that are not shadowed -------------------------------------------------------------
+
+
+class _Slotted:
+    __slots__ = ("items", "n")
+
+    def __init__(self):
+        self.items, self.n = [], 0
+
+
+def test_a_list_inside_an_argument_that_is_not_plain_is_refused_and_put_back():
+    def f(x, obj):
+        obj.items.append(x * 2)
+        return x + 1
+
+    obj = _Slotted()
+    cfn = specengine.compile(f, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"changing obj.items while tracing"):
+        cfn(torch.ones(2), obj)
+    assert obj.items == [] and specengine.cache_entries(cfn) == []
+
+
+def test_a_list_inside_a_module_attribute_object_is_refused_and_put_back():
+    class Logs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.log = _Slotted()
+
+        def forward(self, x):
+            self.log.items.append(x)
+            return x * 2
+
+    model = Logs()
+    cfn = specengine.compile(model, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"changing self.log.items while tracing"):
+        cfn(torch.ones(2))
+    assert model.log.items == [] and specengine.cache_entries(cfn) == []
+
+
+class _Pair(NamedTuple):
+    items: list
+    scale: int
+
+
+@dataclasses.dataclass
+class _Record:
+    items: list
+    seen: int = 0
+
+
+def test_lists_inside_namedtuples_and_dataclasses_are_written_back():
+    def f(pair, rec, x):
+        pair.items.append(x * pair.scale)
+        rec.items.append(x + len(pair.items))
+        rec.seen = rec.seen + 1
+        return x * len(rec.items)
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (0, 1, 2, 2):
+        x = torch.randn(n)
+        mine, theirs = (_Pair([], 2), _Record([])), (_Pair([], 2), _Record([]))
+        torch.testing.assert_close(cfn(*mine, x), f(*theirs, x))
+        assert mine[1].seen == theirs[1].seen == 1
+        for a, b in zip(mine[0].items + mine[1].items, theirs[0].items + theirs[1].items):
+            torch.testing.assert_close(a, b)
+    assert counts(cfn) == (1, 3)
+
+
+def test_ordered_and_default_dicts_passed_in_are_written_back():
+    def f(od, dd, x):
+        od["k"] = x * 2
+        dd["seen"].append(x + 1)
+        return x + len(od)
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (0, 1, 2):
+        x = torch.randn(n)
+        mine = (collections.OrderedDict(a=1), collections.defaultdict(list))
+        theirs = (collections.OrderedDict(a=1), collections.defaultdict(list))
+        torch.testing.assert_close(cfn(*mine, x), f(*theirs, x))
+        assert list(mine[0]) == list(theirs[0]) == ["a", "k"] and list(mine[1]) == ["seen"]
+        torch.testing.assert_close(mine[0]["k"], theirs[0]["k"])
+        torch.testing.assert_close(mine[1]["seen"][0], theirs[1]["seen"][0])
+    assert counts(cfn) == (1, 2)
+
+
+GLOBAL_LOG: list = []
+
+
+def test_a_global_list_appended_to_is_refused_and_put_back():
+    def f(x):
+        GLOBAL_LOG.append(x)
+        return x + 1
+
+    cfn = specengine.compile(f, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"global GLOBAL_LOG"):
+        cfn(torch.ones(2))
+    assert GLOBAL_LOG == [] and specengine.cache_entries(cfn) == []
+
+
+# Hooks ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_hook_writing_a_module_attribute_is_replayed():
+    def count(module, args):
+        module.calls = module.calls + 1
+
+    model, ref = _Scaled(), _Scaled()
+    ref.load_state_dict(model.state_dict())
+    for m in (model, ref):
+        m.calls = 0
+        m.register_forward_pre_hook(count)
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2, 2):
+        x = torch.randn(n, 3)
+        _same(cfn, ref, x)
+        assert model.calls == ref.calls
+    assert model.calls == 4 and counts(cfn) == (1, 3)
+
+
+def test_side_effects_in_hooks_are_refused_naming_the_hook():
+    calls = []
+    n_calls = 0
+
+    def append_hook(module, args, out):
+        calls.append(out)
+
+    def count_hook(module, args):
+        nonlocal n_calls
+        n_calls += 1
+
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def __call__(self, module, args, out):
+            self.n += 1
+
+    counter = Counter()
+    for hook, register, name in (
+        (append_hook, "register_forward_hook", "append_hook"),
+        (count_hook, "register_forward_pre_hook", "count_hook"),
+        (counter, "register_forward_hook", "Counter"),
+    ):
+        model = _Scaled()
+        handle = getattr(model.lin, register)(hook)
+        cfn = specengine.compile(model, dynamic=True)
+        with pytest.raises(UnsupportedOpError, match=rf"{name} of self.lin"):
+            cfn(torch.randn(2, 3))
+        assert specengine.cache_entries(cfn) == [] and counts(cfn) == (0, 0)
+        handle.remove()
+    assert calls == [] and n_calls == 0 and counter.n == 0
+
+
+HOOK_CALLS = 0
+
+
+def _global_counting_hook(module, args, out):
+    global HOOK_CALLS
+    HOOK_CALLS += 1
+
+
+def test_a_global_assigned_by_a_global_hook_is_refused_and_put_back():
+    model = _Scaled()
+    handle = torch.nn.modules.module.register_module_forward_hook(_global_counting_hook)
+    try:
+        cfn = specengine.compile(model, dynamic=True)
+        with pytest.raises(UnsupportedOpError, match=r"the global forward hook _global_counting_hook: global HOOK"):
+            cfn(torch.randn(2, 3))
+    finally:
+        handle.remove()
+    assert HOOK_CALLS == 0 and specengine.cache_entries(cfn) == []
