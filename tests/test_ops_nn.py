@@ -442,8 +442,23 @@ UNSUPPORTED = [
     ("Tensor.tolist", lambda x: x.tolist()),  # 2-D
     ("embedding(max_norm", lambda x: F.embedding(x.long().abs(), x, max_norm=1.0)),
     ("dropout(inplace=True)", lambda x: F.dropout(x, 0.5, inplace=True)),
-    ("scaled_dot_product_attention(dropout_p", lambda x: SDPA(x, x, x, dropout_p=0.1)),
 ]
+
+
+def test_attention_dropout_runs_torchs_op_drawing_on_every_call() -> None:
+    def fn(q):
+        return SDPA(q, q, q, dropout_p=0.5)
+
+    cfn = specengine.compile(fn, dynamic=True)
+    for n in (0, 1, 2, 5):
+        q = torch.randn(2, n, 4)
+        torch.manual_seed(0)
+        expected = fn(q)
+        torch.manual_seed(0)
+        torch.testing.assert_close(cfn(q), expected)
+    q = torch.randn(2, 8, 4)
+    assert not torch.equal(cfn(q), cfn(q))  # a fresh dropout mask per call
+    assert specengine.cache_misses(cfn) == 3  # torch's kernel decides on emptiness and L == 1, pins the head size
 
 
 @pytest.mark.parametrize("op, fn", UNSUPPORTED, ids=[f"{op}-{i}" for i, (op, _) in enumerate(UNSUPPORTED)])

@@ -75,6 +75,7 @@ def _unary(name: str, torch_fn: Any, prim: str | None = None, extra: tuple = (),
         return elementwise(prim or name, torch_fn, a)
 
     decomposition.__name__ = name
+    # kept: one prim per op, which fusing executors take (the generic op is opaque to them)
     return torchop(torch_fn, getattr(torch.Tensor, name), name=name, methods=methods)(decomposition)
 
 
@@ -86,6 +87,7 @@ tanh = _unary("tanh", torch.tanh)
 sigmoid = _unary("sigmoid", torch.sigmoid)
 
 
+# kept: one prim per op, which fusing executors take (the generic op is opaque to them)
 @torchop(torch.relu, torch.Tensor.relu, F.relu, name="relu", methods=("relu",), impl=F.relu)  # F.relu takes inplace=
 def relu(a: TensorProxy, inplace: bool = False) -> TensorProxy:
     if inplace:
@@ -121,26 +123,31 @@ def _add_or_sub(name: str, torch_fn: Any, a: Any, b: Any, alpha: Any) -> TensorP
     return convert(elementwise(name, torch_fn, a, b), dtype)
 
 
+# kept: broadcasting without guards (torch's kernel decides each size 1 or not)
 @torchop(torch.add, torch.Tensor.add, name="add", methods=("add", "__add__", "__radd__"))
 def add(a: Any, b: Any, *, alpha: Any = 1) -> TensorProxy:
     return _add_or_sub("add", torch.add, a, b, alpha)
 
 
+# kept: broadcasting without guards (torch's kernel decides each size 1 or not)
 @torchop(torch.sub, torch.Tensor.sub, name="sub", methods=("sub", "__sub__"))
 def sub(a: Any, b: Any, *, alpha: Any = 1) -> TensorProxy:
     return _add_or_sub("sub", torch.sub, a, b, alpha)
 
 
+# kept: broadcasting without guards (torch's kernel decides each size 1 or not)
 @torchop(torch.rsub, name="rsub", methods=("__rsub__",))
 def rsub(a: Any, b: Any, *, alpha: Any = 1) -> TensorProxy:
     return sub(b, a, alpha=alpha)
 
 
+# kept: broadcasting without guards (torch's kernel decides each size 1 or not)
 @torchop(torch.mul, torch.Tensor.mul, name="mul", methods=("mul", "__mul__", "__rmul__"))
 def mul(a: Any, b: Any) -> TensorProxy:
     return elementwise("mul", torch.mul, a, b)
 
 
+# kept: broadcasting without guards (torch's kernel decides each size 1 or not)
 @torchop(torch.div, torch.Tensor.div, torch.true_divide, name="div", methods=("div", "__truediv__"))
 def div(a: Any, b: Any, *, rounding_mode: str | None = None) -> TensorProxy:
     if rounding_mode not in (None, "trunc", "floor"):  # meta raises ValueError; eager, RuntimeError
@@ -153,11 +160,13 @@ def div(a: Any, b: Any, *, rounding_mode: str | None = None) -> TensorProxy:
     return elementwise("div", torch.div, a, b, rounding_mode=rounding_mode)
 
 
+# kept: an operator (`2 / x`): dunders have no generic fallback; broadcasting without guards
 @torchop(torchex.rdiv, name="rdiv", methods=("__rtruediv__",))
 def rdiv(a: Any, b: Any) -> TensorProxy:
     return div(b, a)
 
 
+# kept: broadcasting without guards (torch's kernel decides each size 1 or not)
 @torchop(torch.pow, torch.Tensor.pow, name="pow", methods=("pow", "__pow__"))
 def pow(a: Any, b: Any) -> TensorProxy:  # noqa: A001
     """Where meta is wrong: a bool tensor to a bool scalar power stays bool; other bool powers have no kernel."""
@@ -172,6 +181,7 @@ def pow(a: Any, b: Any) -> TensorProxy:  # noqa: A001
     return elementwise("pow", torch.pow, a, b, out_dtype=out_dtype)
 
 
+# kept: an operator (`2 ** x`): dunders have no generic fallback; broadcasting without guards
 @torchop(torchex.rpow, name="rpow", methods=("__rpow__",))
 def rpow(a: Any, b: Any) -> TensorProxy:
     return pow(b, a)
@@ -184,6 +194,7 @@ def _comparison(name: str) -> Any:
         return elementwise(name, torch_fn, a, b, compare=True)
 
     decomposition.__name__ = name
+    # kept: broadcasting without guards (torch's kernel decides each size 1 or not)
     return torchop(torch_fn, getattr(torch.Tensor, name), name=name, methods=(name, f"__{name}__"))(decomposition)
 
 
@@ -195,6 +206,7 @@ gt = _comparison("gt")
 ge = _comparison("ge")
 
 
+# kept: broadcasting without guards; a prims.where, which fusing executors take
 @torchop(torch.where, name="where")
 def where(condition: TensorProxy, input: Any = None, other: Any = None) -> TensorProxy:
     if input is None and other is None:  # torch.where(condition) is nonzero(condition, as_tuple=True)
@@ -212,6 +224,7 @@ def where(condition: TensorProxy, input: Any = None, other: Any = None) -> Tenso
     return prims.where(cond, a, b)
 
 
+# kept: broadcasting without guards; a prims.where, which fusing executors take
 @torchop(torch.Tensor.where, name="tensor_where", methods=("where",))
 def tensor_where(a: TensorProxy, condition: TensorProxy, other: Any) -> TensorProxy:
     """`a.where(condition, other)` is `torch.where(condition, a, other)`."""
@@ -229,6 +242,7 @@ def _keep(out: TensorProxy, a: TensorProxy, dims: tuple, keepdim: bool) -> Tenso
     return prims.broadcast_in_dim(out, shape, kept)
 
 
+# kept: a reduction prim, which fusing executors take (dims as needs-constant requests)
 @torchop(torch.sum, torch.Tensor.sum, name="sum", methods=("sum",))
 def sum(a: TensorProxy, dim: Any = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Any:  # noqa: A001
     by_dim = (dim, keepdim) if dim is not None else ()
@@ -238,6 +252,7 @@ def sum(a: TensorProxy, dim: Any = None, keepdim: bool = False, *, dtype: torch.
     return _keep(out, a, dims, keepdim)
 
 
+# kept: reduction and elementwise prims, which fusing executors take
 @torchop(torch.mean, torch.Tensor.mean, name="mean", methods=("mean",))
 def mean(a: TensorProxy, dim: Any = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Any:
     out_dtype = (meta_call(torch.mean, a, dim, keepdim, dtype=dtype) if dim is not None else
@@ -250,6 +265,7 @@ def mean(a: TensorProxy, dim: Any = None, keepdim: bool = False, *, dtype: torch
     return _keep(prims.div(total, count), a, dims, keepdim)
 
 
+# kept: a reduction prim, which fusing executors take (dims as needs-constant requests)
 @torchop(torch.amax, torch.Tensor.amax, name="amax", methods=("amax",))
 def amax(a: TensorProxy, dim: Any = (), keepdim: bool = False) -> Any:
     meta_call(torch.amax, a, dim, keepdim)
@@ -287,6 +303,7 @@ def _mixed_dtypes(a: TensorProxy, b: TensorProxy) -> TensorProxy:
     raise RuntimeError(f"expected both matmul operands to have the same dtype, but got {a.dtype} and {b.dtype}")
 
 
+# kept: batch dims broadcast with fewer guards and misses than torch's kernel; on the GPT's hot path
 @torchop(torch.matmul, torch.Tensor.matmul, name="matmul", methods=("matmul", "__matmul__"))
 def matmul(a: TensorProxy, b: TensorProxy) -> TensorProxy:
     if a.ndim == 0 or b.ndim == 0:
@@ -309,6 +326,7 @@ def matmul(a: TensorProxy, b: TensorProxy) -> TensorProxy:
     return out
 
 
+# kept: an operator (`a @ x` with a non-tensor a): dunders have no generic fallback
 @torchop(operator.rmatmul if hasattr(operator, "rmatmul") else torchex.rmatmul, name="rmatmul",
          methods=("__rmatmul__",), impl=torchex.rmatmul)  # fmt: skip
 def rmatmul(a: TensorProxy, b: TensorProxy) -> TensorProxy:

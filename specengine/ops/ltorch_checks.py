@@ -25,6 +25,7 @@ def assert_all(cond: TensorProxy, error: str, message: str) -> None:
     return None
 
 
+# kept: a check that runs in the computation on every call (torch has no meta for it)
 @torchop(torch._assert_async, name="assert_async", pure=False)
 def assert_async(cond: TensorProxy, msg: str = "Expected Tensor with single nonzero value, but got zero") -> None:
     if cond.numel() != 1:  # eager's check, on the (symbolic) size
@@ -40,16 +41,19 @@ def _manual_seed_impl(seed: int) -> None:
     torch.random.manual_seed(seed)
 
 
+# kept: torch state changed by the function: reproduced by the computation on every call
 @torchop(torch.random.manual_seed, name="manual_seed", pure=False, always_traced=True, impl=_manual_seed_impl)
 def manual_seed(seed: int) -> None:
     return None
 
 
+# kept: torch state read by the function: read by the computation on every call
 @torchop(torch.random.get_rng_state, name="get_rng_state", pure=False, always_traced=True)
 def get_rng_state() -> TensorProxy:
     return prims.new_tensor((torch.default_generator.get_state().numel(),), torch.uint8, [])
 
 
+# kept: torch state changed by the function: reproduced by the computation on every call
 @torchop(torch.random.set_rng_state, name="set_rng_state", pure=False, always_traced=True)
 def set_rng_state(new_state: TensorProxy) -> None:
     return None

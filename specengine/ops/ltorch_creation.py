@@ -19,7 +19,7 @@ from specengine.trace import context
 from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, value_expr
 
 __all__ = [
-    "arange", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like", "empty_like",
+    "arange", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "empty_like",
     "new_zeros", "new_ones", "new_full", "new_empty", "eye",
 ]  # fmt: skip
 
@@ -124,22 +124,26 @@ def _full(sizes: tuple, value: Any, dtype: torch.dtype, device: torch.device, op
 # zeros, ones, full, empty.
 
 
+# kept: symbolic sizes without guards in a prims.full (torch's kernel: 3 guards over OpInfo's samples)
 @torchop(torch.zeros, name="zeros", always_traced=True)
 def zeros(*size: Any, dtype: torch.dtype | None = None, device: Any = None, **options: Any) -> TensorProxy:
     return _full(_varargs(size, options), 0, dtype or _default_float(), _device(device), "zeros", **options)
 
 
+# kept: symbolic sizes without guards in a prims.full (torch's kernel: 3 guards over OpInfo's samples)
 @torchop(torch.ones, name="ones", always_traced=True)
 def ones(*size: Any, dtype: torch.dtype | None = None, device: Any = None, **options: Any) -> TensorProxy:
     return _full(_varargs(size, options), 1, dtype or _default_float(), _device(device), "ones", **options)
 
 
 # torch.empty is not always traced: utils.meta_value calls it while tracing, for meta stand-ins.
+# kept: symbolic sizes without guards in a prims.full (torch's kernel: 3 guards over OpInfo's samples)
 @torchop(torch.empty, name="empty", always_traced=True)
 def empty(*size: Any, dtype: torch.dtype | None = None, device: Any = None, **options: Any) -> TensorProxy:
     return _full(_varargs(size, options), 0, dtype or _default_float(), _device(device), "empty", **options)
 
 
+# kept: fewer guards than torch's kernel (2 against 6 over OpInfo's samples); a prims.full
 @torchop(torch.full, name="full", always_traced=True)
 def full(size: Any, fill_value: Any, *, dtype: torch.dtype | None = None, device: Any = None, **options: Any) -> Any:
     return _full(
@@ -150,48 +154,49 @@ def full(size: Any, fill_value: Any, *, dtype: torch.dtype | None = None, device
 # *_like.
 
 
+# kept: a prims.full, which fusing executors take
 @torchop(torch.zeros_like, name="zeros_like")
 def zeros_like(a: TensorProxy, *, dtype: torch.dtype | None = None, device: Any = None, **options: Any) -> Any:
     return _full(a.dims, 0, dtype or a.dtype, _device(device, a), "zeros_like", **options)
 
 
+# kept: a prims.full, which fusing executors take
 @torchop(torch.ones_like, name="ones_like")
 def ones_like(a: TensorProxy, *, dtype: torch.dtype | None = None, device: Any = None, **options: Any) -> Any:
     return _full(a.dims, 1, dtype or a.dtype, _device(device, a), "ones_like", **options)
 
 
+# kept: a prims.full, which fusing executors take
 @torchop(torch.empty_like, name="empty_like")
 def empty_like(a: TensorProxy, *, dtype: torch.dtype | None = None, device: Any = None, **options: Any) -> Any:
     return _full(a.dims, 0, dtype or a.dtype, _device(device, a), "empty_like", **options)
 
 
-@torchop(torch.full_like, name="full_like")
-def full_like(a: TensorProxy, fill_value: Any, *, dtype: torch.dtype | None = None, device: Any = None,
-              **options: Any) -> TensorProxy:  # fmt: skip
-    return _full(a.dims, fill_value, dtype or a.dtype, _device(device, a), "full_like", **options)
-
-
 # Tensor.new_*: the dtype and device of `a` by default.
 
 
+# kept: fewer guards than torch's kernel (0 against 7 over OpInfo's samples)
 @torchop(torch.Tensor.new_zeros, name="new_zeros", methods=("new_zeros",))
 def new_zeros(a: TensorProxy, *size: Any, dtype: torch.dtype | None = None, device: Any = None,
               **options: Any) -> TensorProxy:  # fmt: skip
     return _full(_varargs(size, options), 0, dtype or a.dtype, _device(device, a), "new_zeros", **options)
 
 
+# kept: fewer guards than torch's kernel (0 against 7 over OpInfo's samples)
 @torchop(torch.Tensor.new_ones, name="new_ones", methods=("new_ones",))
 def new_ones(a: TensorProxy, *size: Any, dtype: torch.dtype | None = None, device: Any = None,
              **options: Any) -> TensorProxy:  # fmt: skip
     return _full(_varargs(size, options), 1, dtype or a.dtype, _device(device, a), "new_ones", **options)
 
 
+# kept: fewer guards than torch's kernel (0 against 7 over OpInfo's samples)
 @torchop(torch.Tensor.new_empty, name="new_empty", methods=("new_empty",))
 def new_empty(a: TensorProxy, *size: Any, dtype: torch.dtype | None = None, device: Any = None,
               **options: Any) -> TensorProxy:  # fmt: skip
     return _full(_varargs(size, options), 0, dtype or a.dtype, _device(device, a), "new_empty", **options)
 
 
+# kept: fewer guards than torch's kernel (4 against 7 over OpInfo's samples)
 @torchop(torch.Tensor.new_full, name="new_full", methods=("new_full",))
 def new_full(a: TensorProxy, size: Any, fill_value: Any, *, dtype: torch.dtype | None = None, device: Any = None,
              **options: Any) -> TensorProxy:  # fmt: skip
@@ -253,6 +258,7 @@ def _symbolic_length(start: E.Expr, end: E.Expr, step: E.Expr) -> E.Expr:
     return E.maximum(length, 0)
 
 
+# kept: a symbolic length in a prims.iota, fewer guards than torch's kernel (3 against 5 over OpInfo's samples)
 @torchop(torch.arange, name="arange", always_traced=True)
 def arange(start: Any = None, end: Any = None, step: Any = 1, *, dtype: torch.dtype | None = None, device: Any = None,
            requires_grad: bool = False, **options: Any) -> TensorProxy:  # fmt: skip
@@ -276,6 +282,7 @@ def arange(start: Any = None, end: Any = None, step: Any = 1, *, dtype: torch.dt
 # eye.
 
 
+# kept: fewer guards and misses than torch's kernel (0 guards, 2 misses against 6 and 3 over OpInfo's samples)
 @torchop(torch.eye, name="eye", always_traced=True)
 def eye(n: Any, m: Any = None, *, dtype: torch.dtype | None = None, device: Any = None,
         requires_grad: bool = False, **options: Any) -> TensorProxy:  # fmt: skip

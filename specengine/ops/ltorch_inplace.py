@@ -67,6 +67,7 @@ def _binary_inplace(name: str, functional: Any) -> Any:
 
     decomposition.__name__ = name
     method = getattr(torch.Tensor, name)
+    # kept: broadcast into the written tensor without guards; in-place operators (`x += y`) have no fallback
     return torchop(method, name=name, methods=(name, f"__i{name[:-1].replace('div', 'truediv')}__"), pure=False)(
         decomposition
     )
@@ -84,12 +85,14 @@ mul_ = _binary_inplace("mul_", lambda a, b: _ltorch().mul(a, b))
 div_ = _binary_inplace("div_", lambda a, b, **kw: _ltorch().div(a, b, **kw))
 
 
+# kept: a broadcast and convert into the written tensor: prims that fusing executors take
 @torchop(torch.Tensor.copy_, name="copy_", methods=("copy_",), pure=False)
 def copy_(a: TensorProxy, src: TensorProxy, non_blocking: bool = False) -> TensorProxy:
     _check_broadcast_into(a, src, "copy_")
     return copy_to(a, expand_to(src, a.dims))
 
 
+# kept: a prims.full written back, which fusing executors take
 @torchop(torch.Tensor.fill_, name="fill_", methods=("fill_",), pure=False)
 def fill_(a: TensorProxy, value: Any) -> TensorProxy:
     if isinstance(value, TensorProxy):
@@ -101,11 +104,13 @@ def fill_(a: TensorProxy, value: Any) -> TensorProxy:
     return copy_to(a, value)
 
 
+# kept: a prims.full written back, which fusing executors take
 @torchop(torch.Tensor.zero_, name="zero_", methods=("zero_",), pure=False)
 def zero_(a: TensorProxy) -> TensorProxy:
     return copy_to(a, 0)
 
 
+# kept: an operator (`x[i] = v`): dunders have no generic fallback
 @torchop(operator.setitem, torch.Tensor.__setitem__, name="setitem", methods=("__setitem__",), pure=False)
 def setitem(a: TensorProxy, key: Any, value: Any) -> None:
     if is_outside_tensor(value):

@@ -1,8 +1,8 @@
-"""Linear algebra: mm, bmm, linear, baddbmm, einsum.
+"""Linear algebra: mm, bmm, linear, einsum (baddbmm takes the generic path: torch's kernel decides no more).
 
-Inner and batch sizes that must be equal are decided (as matmul does). A tensor added into the product (a bias,
-baddbmm's input) is broadcast into the product's shape whatever its sizes: its compatibility raises eager's
-error from the example values without a guard, as the torch op raises it at run time (see `broadcast_pair`).
+Inner and batch sizes that must be equal are decided (as matmul does). A tensor added into the product (a bias)
+is broadcast into the product's shape whatever its sizes: its compatibility raises eager's error from the example
+values without a guard, as the torch op raises it at run time (see `broadcast_pair`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from specengine.ops import prims
 from specengine.ops.ltorch_inplace import _type_name
 from specengine.ops.registry import torchop
 from specengine.ops.utils import convert, decide, example, expand_to, hint, meta_call
-from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
+from specengine.trace.proxies import TensorProxy, unsupported
 
-__all__ = ["mm", "bmm", "linear", "baddbmm", "einsum"]
+__all__ = ["mm", "bmm", "linear", "einsum"]
 
 _CPP_NAMES = {
     torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16",
@@ -64,6 +64,7 @@ def _broadcast_into(x: TensorProxy, dims: tuple) -> TensorProxy:
     return expand_to(x, tuple(dims))
 
 
+# kept: eager's errors on bad inputs at trace time (torch's kernel compiles an entry for them first)
 @torchop(torch.mm, torch.Tensor.mm, name="mm", methods=("mm",))
 def mm(a: TensorProxy, b: TensorProxy) -> TensorProxy:
     if a.ndim != 2:
@@ -88,6 +89,7 @@ def _check_batched(a: TensorProxy, b: TensorProxy, op: str) -> None:
                            f"{example(a.dims[2])}] but got: [{example(b.dims[0])}, {example(b.dims[1])}].")  # fmt: skip
 
 
+# kept: an empty product has batch2's dtype, as eager (torch's meta kernel raises on mixed dtypes)
 @torchop(torch.bmm, torch.Tensor.bmm, name="bmm", methods=("bmm",))
 def bmm(a: TensorProxy, b: TensorProxy) -> TensorProxy:
     _check_batched(a, b, "bmm")
@@ -98,6 +100,7 @@ def bmm(a: TensorProxy, b: TensorProxy) -> TensorProxy:
     return prims.matmul(convert(a, b.dtype), b)
 
 
+# kept: fewer guards than torch's kernel (bias broadcast into the product without guards)
 @torchop(F.linear, name="linear")
 def linear(input: TensorProxy, weight: TensorProxy, bias: TensorProxy | None = None) -> TensorProxy:
     """`input @ weight.T + bias` (nn.Linear)."""
@@ -126,38 +129,6 @@ def linear(input: TensorProxy, weight: TensorProxy, bias: TensorProxy | None = N
     else:
         out = _ltorch().matmul(input, prims.permute(weight, (1, 0)) if weight.ndim == 2 else weight)
     return out if bias is None else prims.add(out, _broadcast_into(bias, out.dims))
-
-
-def _scale(x: Any, integral: bool) -> Any:
-    """alpha/beta as a prim operand; integer results take them as ints, as eager does."""
-    if isinstance(x, NumberProxy):
-        return x.expr if x.python_type in (int, bool) else float(x)
-    return int(x) if integral else x
-
-
-def _is(x: Any, value: int, op: str) -> bool:
-    if isinstance(x, E.Expr):
-        return decide(E.eq(x, value), op, f"is the scale {value}")
-    return x == value
-
-
-@torchop(torch.baddbmm, torch.Tensor.baddbmm, name="baddbmm", methods=("baddbmm",))
-def baddbmm(input: TensorProxy, batch1: TensorProxy, batch2: TensorProxy, *, beta: Any = 1,
-            alpha: Any = 1) -> TensorProxy:  # fmt: skip
-    """`beta * input + alpha * (batch1 @ batch2)`; with beta == 0 the input's values are ignored (even NaN)."""
-    if batch1.ndim == batch2.ndim == 3 and len({input.dtype, batch1.dtype, batch2.dtype}) > 1:
-        raise RuntimeError(f"Input dtypes must be the same, got: input {_cpp(input.dtype)}, batch1: "
-                           f"{_cpp(batch1.dtype)}, batch2: {_cpp(batch2.dtype)}")  # fmt: skip
-    _check_batched(batch1, batch2, "baddbmm")
-    _no_bool("baddbmm", input, batch1.dims + batch2.dims[2:])
-    integral = not (input.dtype.is_floating_point or input.dtype.is_complex)
-    alpha, beta = _scale(alpha, integral), _scale(beta, integral)
-    product = prims.matmul(batch1, batch2)
-    out = product if _is(alpha, 1, "baddbmm") else prims.mul(product, alpha)
-    added = _broadcast_into(input, out.dims)
-    if _is(beta, 0, "baddbmm"):
-        return out
-    return prims.add(out, added if _is(beta, 1, "baddbmm") else prims.mul(added, beta))
 
 
 # einsum: operands are contracted left to right with matmul (a broadcast mul when nothing is summed, or for
@@ -281,6 +252,7 @@ def _einsum_operands(equation: str, operands: tuple) -> tuple[list, str, dict]:
     return ops, output, sizes
 
 
+# kept: fewer guards than torch's kernel; contractions as matmul and reduction prims
 @torchop(torch.einsum, name="einsum")
 def einsum(equation: str, *operands: Any) -> TensorProxy:
     if not isinstance(equation, str):

@@ -44,6 +44,7 @@ def tensor_literal(data: Any, dtype: torch.dtype, device: torch.device) -> Tenso
     return prims.new_tensor(tuple(shape), dtype, [], device)
 
 
+# kept: a literal of symbolic numbers (`torch.tensor([n, 2])`) stays symbolic; a constant factory pins them
 @torchop(torch.tensor, name="tensor", always_traced=True)
 def tensor(data: Any, *, dtype: torch.dtype | None = None, device: Any = None, requires_grad: bool = False,
            pin_memory: bool = False) -> Any:  # fmt: skip

@@ -15,6 +15,7 @@ from torch.nn import _reduction as reduction_enum
 
 from specengine.constraints import expr as E
 from specengine.ops import prims
+from specengine.ops.generic import generic_call
 from specengine.ops.registry import torchop
 from specengine.ops.utils import broadcast_shapes, convert, decide, example, expand_to, fmt_shape, hint, meta_value
 from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported, value_expr
@@ -134,6 +135,7 @@ def _embed(indices: TensorProxy, weight: TensorProxy) -> TensorProxy:
     return prims.reshape(rows, indices.dims + (weight.dims[1],))
 
 
+# kept: gather and reshape prims; padding_idx checks as decisions; on the GPT's hot path
 @torchop(F.embedding, name="embedding")
 def embedding(input: TensorProxy, weight: TensorProxy, padding_idx: Any = None, max_norm: Any = None,
               norm_type: float = 2.0, scale_grad_by_freq: bool = False,
@@ -153,6 +155,7 @@ def embedding(input: TensorProxy, weight: TensorProxy, padding_idx: Any = None, 
     return _embed(input, weight)
 
 
+# kept: torch.embedding, the same rule as F.embedding
 @torchop(torch.embedding, name="torch_embedding")
 def torch_embedding(weight: TensorProxy, indices: TensorProxy, padding_idx: int = -1,
                     scale_grad_by_freq: bool = False, sparse: bool = False) -> TensorProxy:  # fmt: skip
@@ -222,6 +225,7 @@ def _affine(y: TensorProxy, weight: Any, bias: Any, at: tuple) -> TensorProxy:
     return y
 
 
+# kept: fewer guards than torch's kernel (12 against 25 over OpInfo's samples); fusible prims
 @torchop(F.layer_norm, torch.layer_norm, name="layer_norm", impl=torch.layer_norm)
 def layer_norm(input: TensorProxy, normalized_shape: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5,
                cudnn_enable: bool = True) -> TensorProxy:  # fmt: skip
@@ -235,6 +239,7 @@ def layer_norm(input: TensorProxy, normalized_shape: Any, weight: Any = None, bi
     return convert(_affine(y, weight, bias, dims), input.dtype)
 
 
+# kept: fewer guards than torch's kernel (8 against 20 over OpInfo's samples); fusible prims
 @torchop(F.rms_norm, torch.rms_norm, name="rms_norm")
 def rms_norm(input: TensorProxy, normalized_shape: Any, weight: Any = None, eps: float | None = None) -> TensorProxy:
     """torch's composite: x * rsqrt(mean(x^2) + eps) in opmath, cast back, then times the weight, cast back."""
@@ -284,12 +289,14 @@ def _group_norm(input: TensorProxy, num_groups: Any, weight: Any, bias: Any, eps
     return convert(_affine(y, weight, bias, (1,)), input.dtype)
 
 
+# kept: fewer guards than torch's kernel (5 against 7 over OpInfo's samples)
 @torchop(F.group_norm, name="group_norm")
 def group_norm(input: TensorProxy, num_groups: Any, weight: Any = None, bias: Any = None,
                eps: float = 1e-5) -> TensorProxy:  # fmt: skip
     return _group_norm(input, num_groups, weight, bias, eps, verify=True)
 
 
+# kept: torch.group_norm, the same rule as F.group_norm
 @torchop(torch.group_norm, name="torch_group_norm")
 def torch_group_norm(input: TensorProxy, num_groups: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5,
                      cudnn_enabled: bool = True) -> TensorProxy:  # fmt: skip
@@ -313,6 +320,7 @@ def _dropout(a: TensorProxy, p: float, train: bool) -> TensorProxy:
     return prims.mul(a, noise)
 
 
+# kept: a bernoulli prim drawn per call, fewer guards than torch's kernel
 @torchop(F.dropout, name="dropout", pure=False)
 def dropout(input: TensorProxy, p: float = 0.5, training: bool = True, inplace: bool = False) -> TensorProxy:
     _no_outside_tensors(input)
@@ -324,6 +332,7 @@ def dropout(input: TensorProxy, p: float = 0.5, training: bool = True, inplace: 
     return _dropout(input, p, bool(training))
 
 
+# kept: torch.dropout, the same rule as F.dropout
 @torchop(torch.dropout, name="torch_dropout", pure=False)
 def torch_dropout(input: TensorProxy, p: float, train: bool) -> TensorProxy:
     _no_outside_tensors(input)
@@ -362,17 +371,15 @@ def _size_error(batch: tuple, want: E.Expr, got: E.Expr) -> RuntimeError:
                         f"got: [{b}, {example(got)}].")  # fmt: skip
 
 
-def _sdpa_error(q: TensorProxy, k: TensorProxy, v: TensorProxy, mask: Any, dropout_p: float, is_causal: bool,
-                gqa: bool) -> Exception | None:  # fmt: skip
+def _sdpa_error(
+    q: TensorProxy, k: TensorProxy, v: TensorProxy, mask: Any, is_causal: bool, gqa: bool
+) -> Exception | None:
     """The first failing check of those eager skips when the attention is empty. The batch broadcast is checked
     on the example sizes without a guard (as `broadcast_pair` does); the torch op raises where it fails."""
     if not q.dtype.is_floating_point:
         return RuntimeError(f"expected scalar type Float but found {_type_name(q.dtype)}")
     if is_causal and mask is not None:
         return RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
-    if dropout_p != 0:
-        return unsupported(f"{_SDPA}(dropout_p>0)", "attention dropout is random per call; pass dropout_p=0.0 "
-                           "(e.g. outside training) or apply F.dropout to explicit attention weights")  # fmt: skip
     heads = [t.dims[-3] for t in (k, v) if gqa and q.ndim >= 3 and t.ndim >= 3]
     if any(not (decide(E.gt(h, 0), _SDPA, "heads") and decide(E.eq(E.mod(q.dims[-3], h), 0), _SDPA, "heads divide"))
            for h in heads):  # fmt: skip
@@ -429,14 +436,20 @@ def _scaled(q: TensorProxy, k: TensorProxy, scale: Any) -> tuple[TensorProxy, Te
     return prims.mul(q, -root if scale < 0 else root), prims.mul(k, root)
 
 
+# kept: matmul and softmax prims with few guards (torch's kernel: 20 over OpInfo's samples, pins E)
 @torchop(F.scaled_dot_product_attention, name=_SDPA)
 def scaled_dot_product_attention(query: TensorProxy, key: TensorProxy, value: TensorProxy, attn_mask: Any = None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: Any = None,
                                  enable_gqa: bool = False) -> TensorProxy:  # fmt: skip
     """Eager returns zeros without its other checks when L, S, E_v or the key's or value's batch is 0."""
+    if dropout_p != 0:  # random per call: torch's own op through the generic path (impure: drawn on every call)
+        options = dict(
+            attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
+        )
+        return generic_call(F.scaled_dot_product_attention, (query, key, value), options)
     _no_outside_tensors(query, key, value, attn_mask)
     _check_sdpa(query, key, value, attn_mask)
-    error = _sdpa_error(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    error = _sdpa_error(query, key, value, attn_mask, is_causal, enable_gqa)
     if error is not None:
         empty = [query.dims[-2], key.dims[-2], value.dims[-1], _numel(key.dims[:-2]), _numel(value.dims[:-2])]
         if not decide(E.or_(*(E.eq(d, 0) for d in empty)), _SDPA, "eager skips its checks when empty"):
@@ -557,6 +570,7 @@ def _ce_probs(input: TensorProxy, target: TensorProxy, weight: Any, ignore_index
     return _reduce(prims.neg(prod), reduction, E.mul(batch, E.minimum(c, 1)))  # numel / C; 0 (so nan) if empty
 
 
+# kept: fewer guards than torch's kernel (5 against 21 over OpInfo's samples)
 @torchop(F.cross_entropy, name="cross_entropy")
 def cross_entropy(input: TensorProxy, target: TensorProxy, weight: Any = None, size_average: Any = None,
                   ignore_index: int = -100, reduce: Any = None, reduction: str = "mean",
@@ -576,6 +590,7 @@ def cross_entropy(input: TensorProxy, target: TensorProxy, weight: Any = None, s
     return _ce_class(input, target, weight, ignore_index, reduction, smoothing)
 
 
+# kept: fewer guards than torch's kernel (0 against 4 over OpInfo's samples)
 @torchop(F.mse_loss, name="mse_loss")
 def mse_loss(input: TensorProxy, target: TensorProxy, size_average: Any = None, reduce: Any = None,
              reduction: str = "mean", weight: Any = None) -> TensorProxy:  # fmt: skip

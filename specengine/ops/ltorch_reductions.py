@@ -145,6 +145,7 @@ def _check_tensor_arg(x: Any, op: str) -> None:
 # prod, amin.
 
 
+# kept: a reduction prim, which fusing executors take
 @torchop(torch.prod, torch.Tensor.prod, name="prod", methods=("prod",))
 def prod(a: TensorProxy, dim: Any = _UNSET, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Any:
     if dim is _UNSET:
@@ -155,6 +156,7 @@ def prod(a: TensorProxy, dim: Any = _UNSET, keepdim: bool = False, *, dtype: tor
     return _keep(_prim_prod(convert(a, out_dtype), dims), a, dims, keepdim)
 
 
+# kept: a reduction prim, which fusing executors take
 @torchop(torch.amin, torch.Tensor.amin, name="amin", methods=("amin",))
 def amin(a: TensorProxy, dim: Any = (), keepdim: bool = False) -> Any:
     meta_call(torch.amin, a, dim, keepdim)
@@ -208,18 +210,21 @@ def _finish(t: TensorProxy, a: TensorProxy, dims: tuple, keepdim: bool) -> Tenso
     return _keep(convert(t, a.dtype), a, dims, keepdim)
 
 
+# kept: reduction and elementwise prims, which fusing executors take
 @torchop(torch.var, torch.Tensor.var, name="var", methods=("var",))
 def var(a: TensorProxy, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> Any:
     v, _, dims = _moments("var", a, dim, unbiased, correction)
     return _finish(v, a, dims, keepdim)
 
 
+# kept: reduction and elementwise prims, which fusing executors take
 @torchop(torch.std, torch.Tensor.std, name="std", methods=("std",))
 def std(a: TensorProxy, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> Any:
     v, _, dims = _moments("std", a, dim, unbiased, correction)
     return _finish(prims.pow(v, 0.5), a, dims, keepdim)
 
 
+# kept: fewer guards and misses than torch's kernel (OpInfo's samples: 3 guards against 7; unbiased: 2 misses against 4)
 @torchop(torch.var_mean, name="var_mean")
 def var_mean(
     a: TensorProxy, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None
@@ -228,6 +233,7 @@ def var_mean(
     return _finish(v, a, dims, keepdim), _finish(m, a, dims, keepdim)
 
 
+# kept: fewer guards and misses than torch's kernel (OpInfo's samples: 3 guards against 7; unbiased: 2 misses against 4)
 @torchop(torch.std_mean, name="std_mean")
 def std_mean(
     a: TensorProxy, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None
@@ -280,12 +286,14 @@ def _max_min(op: str, a: TensorProxy, dim: Any, keepdim: Any, other: Any) -> Any
     return (torch.return_types.max if op == "max" else torch.return_types.min)(pair)
 
 
+# kept: reduction prims that fusing executors take; the binary form broadcasts without guards
 @torchop(torch.max, torch.Tensor.max, name="max", methods=("max",))
 def max(a: TensorProxy, dim: Any = _UNSET, keepdim: Any = _UNSET, *, other: Any = _UNSET) -> Any:  # noqa: A001
     """`max(a)`, `max(a, dim, keepdim)` -> (values, indices), or `max(a, other)` (elementwise)."""
     return _max_min("max", a, dim, keepdim, other)
 
 
+# kept: reduction prims that fusing executors take; the binary form broadcasts without guards
 @torchop(torch.min, torch.Tensor.min, name="min", methods=("min",))
 def min(a: TensorProxy, dim: Any = _UNSET, keepdim: Any = _UNSET, *, other: Any = _UNSET) -> Any:  # noqa: A001
     """`min(a)`, `min(a, dim, keepdim)` -> (values, indices), or `min(a, other)` (elementwise)."""
@@ -306,11 +314,13 @@ def _arg_reduce(op: str, a: TensorProxy, dim: Any, keepdim: bool) -> TensorProxy
     return _keep(arg(a, d), a, (d,), keepdim)
 
 
+# kept: a reduction prim, which fusing executors take
 @torchop(torch.argmax, torch.Tensor.argmax, name="argmax", methods=("argmax",))
 def argmax(a: TensorProxy, dim: Any = None, keepdim: bool = False) -> TensorProxy:
     return _arg_reduce("argmax", a, dim, keepdim)
 
 
+# kept: a reduction prim, which fusing executors take
 @torchop(torch.argmin, torch.Tensor.argmin, name="argmin", methods=("argmin",))
 def argmin(a: TensorProxy, dim: Any = None, keepdim: bool = False) -> TensorProxy:
     return _arg_reduce("argmin", a, dim, keepdim)
@@ -329,11 +339,13 @@ def _all_any(op: str, a: TensorProxy, dim: Any, keepdim: bool) -> TensorProxy:
     return _keep(convert(out, out_dtype), a, dims, keepdim)
 
 
+# kept: reduction prims that fusing executors take; empty reductions need no decision
 @torchop(torch.all, torch.Tensor.all, name="all", methods=("all",))
 def all(a: TensorProxy, dim: Any = None, keepdim: bool = False) -> TensorProxy:  # noqa: A001
     return _all_any("all", a, dim, keepdim)
 
 
+# kept: reduction prims that fusing executors take; empty reductions need no decision
 @torchop(torch.any, torch.Tensor.any, name="any", methods=("any",))
 def any(a: TensorProxy, dim: Any = None, keepdim: bool = False) -> TensorProxy:  # noqa: A001
     return _all_any("any", a, dim, keepdim)
@@ -400,18 +412,21 @@ def _rounded(t: TensorProxy, dtype: torch.dtype, when: bool) -> TensorProxy:
     return prims.convert_element_type(prims.convert_element_type(t, dtype), t.dtype)
 
 
+# kept: reduction and elementwise prims, which fusing executors take; on the GPT's hot path
 @torchop(torch.softmax, torch.Tensor.softmax, F.softmax, name="softmax", methods=("softmax",),
          impl=_softmax_impl_for(F.softmax))  # fmt: skip
 def softmax(a: TensorProxy, dim: Any = None, _stacklevel: Any = _UNSET, dtype: Any = None) -> TensorProxy:
     return _softmax("softmax", a, dim, _stacklevel, dtype)
 
 
+# kept: fewer guards than torch's kernel (4 against 12 over OpInfo's samples)
 @torchop(torch.log_softmax, torch.Tensor.log_softmax, F.log_softmax, name="log_softmax", methods=("log_softmax",),
          impl=_softmax_impl_for(F.log_softmax))  # fmt: skip
 def log_softmax(a: TensorProxy, dim: Any = None, _stacklevel: Any = _UNSET, dtype: Any = None) -> TensorProxy:
     return _softmax("log_softmax", a, dim, _stacklevel, dtype)
 
 
+# kept: fewer guards than torch's kernel (4 against 10 over OpInfo's samples)
 @torchop(torch.logsumexp, torch.Tensor.logsumexp, name="logsumexp", methods=("logsumexp",))
 def logsumexp(a: TensorProxy, dim: Any, keepdim: bool = False) -> TensorProxy:
     """log(sum(exp(x - m))) + m, with m = amax where finite, else 0 (torch's own composite)."""
@@ -429,6 +444,7 @@ def logsumexp(a: TensorProxy, dim: Any, keepdim: bool = False) -> TensorProxy:
 # cumsum.
 
 
+# kept: fewer guards than torch's kernel (4 against 8 over OpInfo's samples)
 @torchop(torch.cumsum, torch.Tensor.cumsum, name="cumsum", methods=("cumsum",))
 def cumsum(a: TensorProxy, dim: Any, *, dtype: torch.dtype | None = None) -> TensorProxy:
     out_dtype = meta_call(torch.cumsum, a, dim, dtype=dtype).dtype
