@@ -509,7 +509,8 @@ def render_scenarios(res: dict) -> list[str]:
                 "the engine raised (an `UnsupportedOpError` is shown as unsupported instead). Recompile limits are "
                 "raised to 1000 everywhere. Lower is better. The data-dependent scenarios (masks, `.item()`, unique, "
                 "MoE routing) run torch.compile with `capture_scalar_outputs=True` and "
-                "`capture_dynamic_output_shape_ops=True`; graph breaks it still takes are counted beside its graphs."]  # fmt: skip
+                "`capture_dynamic_output_shape_ops=True` (except the 'dynamo defaults' row); graph breaks it takes "
+                "are counted beside its graphs."]  # fmt: skip
     if notes:
         out += ["", "Errors (where the engine raised and eager did not, or the result differed):", ""]
         out += [f"[{i}] {n}  " for i, n in enumerate(notes, 1)]

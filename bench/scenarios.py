@@ -210,6 +210,13 @@ def data_dependent() -> list[Scenario]:
         Scenario("MoE top-2 routing", moe, [(x,) for x in dd.routing_sweep(moe, 16)],
                  "4 experts (Linear 8x8), 16 tokens; topk, bincount, split(counts.tolist()); 4 routings",
                  _CAPTURE),
+        Scenario("x[mask].sum(), sizes and densities", dd.masked_sum,
+                 [(_r(n), m) for n in (16, 0, 1, 2) for m in dd.mask_sweep(n, seed=n)[:3]],
+                 "x (n,), n = 16, 0, 1, 2; masks all False, all True, random 1/2", _CAPTURE),
+        Scenario("MoE routing, token counts", moe, [(x,) for t in (16, 5, 1) for x in dd.routing_sweep(moe, t, t)],
+                 "as above; 16, 5, 1 tokens x 4 routings", _CAPTURE),
+        Scenario("MoE routing, dynamo defaults", moe, [(x,) for x in dd.routing_sweep(moe, 16)],
+                 "as 'MoE top-2 routing', torch.compile without the capture settings", {}),
     ]  # fmt: skip
 
 
