@@ -39,6 +39,7 @@ PASSING = [
     "arange",
     "argmax",
     "argmin",
+    "argwhere",
     "asin",
     "atan2",
     "baddbmm",
@@ -87,6 +88,7 @@ PASSING = [
     "isclose",
     "isinf",
     "isnan",
+    "item",
     "le",
     "lerp",
     "linalg.vector_norm",
@@ -106,6 +108,7 @@ PASSING = [
     "masked.mean",
     "masked.sum",
     "masked_fill",
+    "masked_select",
     "matmul",
     "max.binary",
     "max.reduction_with_dim",
@@ -147,6 +150,7 @@ PASSING = [
     "nn.functional.rms_norm",
     "nn.functional.silu",
     "nn.functional.softplus",
+    "nonzero",
     "ones",
     "ones_like",
     "outer",
@@ -208,7 +212,6 @@ PASSING = [
 # Ops that do not pass yet (no rule) or crashed in the baseline: they must raise UnsupportedOpError cleanly
 # until they pass; move each to PASSING when it does.
 NOT_YET = [
-    "item",
     "narrow",
     "sparse.sampled_addmm",
 ]

@@ -269,3 +269,19 @@ def test_data_never_recompiles_in_any_mode(dynamic):
     with pytest.raises(RuntimeError, match="inconsistent with step sign"):  # arange(1, 0): eager's error, at run time
         cfn(x, m, torch.tensor(0))
     _no_unbacked_guards(cfn)
+
+
+def test_masked_setitem_counts_no_rows():
+    def f(x, m, v):
+        y = x * 1  # (x.clone() of size 0 pins the size: a guard_or_false of the generic path)
+        y[m] = v[m]  # one selected element is no special case
+        z = x + 0
+        z[m] = 0.5
+        w = torch.zeros(x.shape[0], 2)
+        w[m, :] = v[m][:, None]
+        return y, z, w
+
+    calls = [(torch.randn(n), m, torch.randn(n)) for n in (0, 1, 2, 5) for m in _masks(n)]
+    calls.append((torch.randn(3), torch.tensor([False, True, False]), torch.randn(3)))
+    cfn = _data_sweep(f, calls)
+    assert "check_sym" not in str(specengine.last_traces(cfn)[-1])

@@ -19,7 +19,7 @@ from specengine.ops.utils import decide
 from specengine.trace import context, unbacked
 from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
 
-__all__ = ["nonzero", "argwhere", "masked_select", "masked_index", "item", "tolist"]
+__all__ = ["nonzero", "argwhere", "masked_select", "masked_index", "masked_setitem", "item", "tolist"]
 
 _INT_RANGES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.int16: (-(2**15), 2**15 - 1),
                torch.int32: (-(2**31), 2**31 - 1), torch.bool: (0, 1)}  # fmt: skip
@@ -148,16 +148,41 @@ def select_mask(a: TensorProxy, mask: TensorProxy, shape: tuple) -> TensorProxy:
     return prims.new_tensor((u,), a.dtype, [a, mask])
 
 
-def masked_index(a: TensorProxy, mask: TensorProxy, rest: int) -> TensorProxy:
-    """`a[mask]` (then `rest` full slices): (u, *a.shape[mask.ndim:]) with `0 <= u <= mask.numel()`."""
-    k = mask.ndim
-    if k > a.ndim:
+def _check_mask(a: TensorProxy, mask: TensorProxy, op: str) -> None:
+    if mask.ndim > a.ndim:
         raise IndexError(f"too many indices for tensor of dimension {a.ndim}")
     for i, (m, d) in enumerate(zip(mask.dims, a.dims)):
-        if not decide(E.eq(m, d), "getitem", "the mask's shape matches the indexed dims"):
+        if not decide(E.eq(m, d), op, "the mask's shape matches the indexed dims"):
             raise IndexError(f"The shape of the mask [{m}] at index {i} does not match the shape of the indexed "
                              f"tensor [{d}] at index {i}")  # fmt: skip
+
+
+def masked_index(a: TensorProxy, mask: TensorProxy, rest: int) -> TensorProxy:
+    """`a[mask]` (then `rest` full slices): (u, *a.shape[mask.ndim:]) with `0 <= u <= mask.numel()`."""
+    _check_mask(a, mask, "getitem")
     return prims.PRIMS["index_mask"](a, mask, rest)
+
+
+def _setitem_mask_impl(a: torch.Tensor, mask: torch.Tensor, rest: int, value: Any) -> None:
+    a[(mask,) + (slice(None),) * rest] = value
+
+
+@prims.prim("setitem_mask", impl=_setitem_mask_impl, pure=False)
+def setitem_mask(a: TensorProxy, mask: TensorProxy, rest: int, value: Any) -> None:
+    """`a[mask] = value` in place. No size is decided: the value broadcasts to the selected rows, whatever their
+    number (torch raises eager's error at run time where it does not)."""
+    return None
+
+
+def masked_setitem(a: TensorProxy, mask: TensorProxy, rest: int, value: Any) -> None:
+    """`a[mask] = value`: the rows are never counted while tracing (one element selected is no special case)."""
+    _check_mask(a, mask, "setitem")
+    if isinstance(value, TensorProxy) and value.ndim > a.ndim - mask.ndim + 1:
+        raise RuntimeError(f"shape mismatch: value tensor of rank {value.ndim} cannot be broadcast to indexing "
+                           f"result of rank {a.ndim - mask.ndim + 1}")  # fmt: skip
+    if isinstance(value, NumberProxy):
+        value = value.expr
+    setitem_mask(a, mask, rest, value)
 
 
 @prims.prim("index_mask", impl=lambda a, mask, rest: a[(mask,) + (slice(None),) * rest])

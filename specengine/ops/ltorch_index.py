@@ -21,7 +21,7 @@ _INTEGER = (torch.int64, torch.int32, torch.int16, torch.int8)  # (uint8 and boo
 _MASKS = (torch.bool, torch.uint8)
 
 
-def _mask_key(key: Any) -> tuple | None:
+def mask_key(key: Any) -> tuple | None:
     """(mask, number of full slices after it) for `x[mask]`, `x[mask, :]`, `x[mask, ...]`; else None."""
     key = key if isinstance(key, tuple) else (key,)
     if not key or not isinstance(key[0], TensorProxy) or key[0].dtype != torch.bool:
@@ -83,7 +83,7 @@ def index_tensors(a: TensorProxy, key: tuple) -> TensorProxy:
 
 def advanced_getitem(a: TensorProxy, key: Any) -> Any:
     """`a[key]` with integer tensors in the key: this rule, or torch's meta kernel for other keys."""
-    mask = _mask_key(key)
+    mask = mask_key(key)
     if mask is not None:  # x[mask]: its rows are an unbacked size
         from specengine.ops.ltorch_data_dependent import masked_index
 

@@ -11,9 +11,11 @@ import torch
 
 from specengine.ops import prims
 from specengine.ops.generic import generic_call
+from specengine.ops.ltorch_index import mask_key
 from specengine.ops.ltorch_views import advanced_index
 from specengine.ops.registry import torchop
 from specengine.ops.utils import expand_to, hint, meta_call
+from specengine.trace import context
 from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported
 from specengine.trace.symbol import Symbol
 
@@ -41,6 +43,9 @@ def _check_broadcast_into(dst: TensorProxy, src: Any, op: str) -> None:
     """
     if not isinstance(src, TensorProxy):
         return
+    unbacked = context.require().decider.unbacked
+    if any(unbacked.mentions(d) for d in dst.dims + src.dims):
+        return  # no example value of a data-dependent size: the torch op checks it at run time
     dst_sizes, src_sizes = [hint(d) for d in dst.dims], [hint(s) for s in src.dims]
     tail = dst_sizes[len(dst_sizes) - len(src_sizes) :] if len(src_sizes) <= len(dst_sizes) else None
     if tail is None or any(s not in (d, 1) for d, s in zip(tail, src_sizes)):
@@ -115,6 +120,11 @@ def zero_(a: TensorProxy) -> TensorProxy:
 def setitem(a: TensorProxy, key: Any, value: Any) -> None:
     if is_outside_tensor(value):
         raise unsupported("setitem with a tensor closed over from outside", "pass the tensor as an argument")
+    mask = mask_key(key)
+    if mask is not None:  # a[mask] = value: no count of the rows is needed
+        from specengine.ops.ltorch_data_dependent import masked_setitem
+
+        return masked_setitem(a, *mask, value)
     if advanced_index(key):  # index_put: torch's meta kernel, run in place
         generic_call(torch.Tensor.__setitem__, (a, key, value), {})
         return

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 
 from specengine.constraints import expr as E
-from specengine.trace import context, proxies
+from specengine.trace import context, proxies, unbacked
 from specengine.trace.proxies import NumberProxy, TensorProxy, value_expr
 from specengine.trace.symbol import Symbol
 
@@ -47,7 +47,10 @@ def new_tensor(dims: tuple, dtype: torch.dtype, like: list[Any], device: torch.d
         torch.cuda._lazy_init()  # raises eager's error (no CUDA build, or no device) while tracing, not at run time
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     grad = grad and (dtype.is_floating_point or dtype.is_complex)
-    return TensorProxy(context.require().names.fresh("t"), dims, dtype, device, grad)
+    state = context.require()
+    if state.decider.unbacked.symbols:  # `max(0, u0)` is `u0`: data-dependent sizes folded by their ranges
+        dims = unbacked.simplify_dims(state, dims)
+    return TensorProxy(state.names.fresh("t"), dims, dtype, device, grad)
 
 
 def new_number(e: E.Expr, python_type: type = int) -> NumberProxy:

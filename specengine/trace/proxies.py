@@ -188,7 +188,8 @@ class TensorProxy(Proxy):
         return context.require().pin(self.dims[0], "len", "len() of a tensor needs a concrete size")
 
     def __bool__(self) -> bool:
-        raise unsupported("Tensor.__bool__", "branching on tensor data is data-dependent; use torch.where")
+        raise unsupported("Tensor.__bool__", "branching on tensor data is data-dependent; use torch.where (or "
+                          "specengine.check for a fact about sizes)")  # fmt: skip
 
     def __str__(self) -> str:
         raise unsupported(
@@ -244,7 +245,9 @@ class TensorProxy(Proxy):
 
 def _data_dependent(protocol: str) -> Callable:
     def method(self: TensorProxy, *args: Any) -> Any:
-        raise unsupported(f"{protocol} of a Tensor", "reading tensor data is data-dependent; keep the value a tensor")
+        raise unsupported(f"{protocol} of a Tensor", "reading tensor data is data-dependent; keep the value a tensor "
+                          "(torch.where for a branch), or use x.item(): a symbolic value, checked with "
+                          "specengine.check")  # fmt: skip
 
     return method
 

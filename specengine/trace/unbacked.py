@@ -95,6 +95,17 @@ def binders(state: Any, out: Any, source: Any) -> list:
     return made
 
 
+def simplify_dims(state: Any, dims: tuple) -> tuple:
+    """Sizes that mention unbacked symbols, with min/max folded by the ranges (`max(0, u0)` is `u0`)."""
+    from specengine.constraints.folding import simplify
+
+    unbacked = state.decider.unbacked
+    if not any(type(d) is E.Expr and unbacked.mentions(d) for d in dims):
+        return dims
+    ranges = {**state.decider.ranges, **unbacked.ranges()}
+    return tuple(simplify(d, ranges) if type(d) is E.Expr and unbacked.mentions(d) else d for d in dims)
+
+
 def decide(state: Any, b: E.Expr, op: str, reason: str) -> bool:
     """A decision on an unbacked symbol: proved, taken size-obliviously, or assumed; the last two are asserted."""
     decider = state.decider
