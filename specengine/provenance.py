@@ -43,9 +43,21 @@ class Provenance:
 _DEMO = os.path.join(_SKIP_DIRS[0], "__main__.py")
 
 
+try:  # torch's deprecated checks (`torch._check_is_size`) run through typing_extensions' `deprecated` wrapper
+    import typing_extensions
+
+    _WRAPPERS = (os.path.abspath(typing_extensions.__file__),)
+except ImportError:  # pragma: no cover - torch depends on it
+    _WRAPPERS = ()
+
+
 def _is_internal(filename: str) -> bool:
-    """Frames of specengine itself (but its demo) and of torch are not the user's."""
-    return (filename.startswith(_SKIP_DIRS) and filename != _DEMO) or filename.startswith("<specengine-")
+    """Frames of specengine itself (but its demo), of torch and of decorators wrapping torch are not the user's."""
+    return (
+        (filename.startswith(_SKIP_DIRS) and filename != _DEMO)
+        or filename.startswith("<specengine-")
+        or (filename in _WRAPPERS)
+    )
 
 
 def user_frame(op: str = "", reason: str = "") -> Provenance:

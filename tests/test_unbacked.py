@@ -214,7 +214,7 @@ def test_guard_on_unbacked_is_impossible():
     from specengine.provenance import Provenance
 
     d = Decider({"s0": 3}, {"s0": (0, None)})
-    d.unbacked.add(UnbackedSymbol("u0", int, "rows", Provenance("x.py", 1), 0, None, E.sym("s0")))
+    d.unbacked.add(UnbackedSymbol("u0", int, "rows", Provenance("x.py", 1), 0, None, E.sym("s0"), size_like=True))
     with pytest.raises(specengine.SpecEngineError, match="internal error: a guard on a data-dependent symbol"):
         d.record(E.gt(E.sym("u0"), 1), Provenance("x.py", 2))
     assert d.prove(E.le(E.sym("u0"), E.sym("s0"))) is True
@@ -285,3 +285,39 @@ def test_masked_setitem_counts_no_rows():
     calls.append((torch.randn(3), torch.tensor([False, True, False]), torch.randn(3)))
     cfn = _data_sweep(f, calls)
     assert "check_sym" not in str(specengine.last_traces(cfn)[-1])
+
+
+def test_check_is_size_names_the_user_line():
+    def f(t):
+        n = t.item()
+        torch._check_is_size(n)  # (torch's deprecated wrapper is not the user's frame)
+        return torch.zeros(n, 2).sum(0)
+
+    cfn = _data_sweep(f, [(torch.tensor(k),) for k in (0, 1, 4)])
+    with pytest.raises(DataDependentCheckError, match=r"u0 >= 0.* at test_unbacked.py:\d+ .*u0 = -1"):
+        cfn(torch.tensor(-1))
+
+
+def test_formatting_a_decision_on_unbacked_is_refused():
+    cfn = specengine.compile(lambda t, x: x * len(str(t.item() > 2)), dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"data-dependent u0"):
+        cfn(torch.tensor(3), torch.randn(2))
+
+
+def test_item_values_are_not_sizes_until_checked():
+    def f(t, x):
+        n = t.item()  # uint8: 0 <= n <= 255, but a value, not a size: no size-oblivious branch
+        return x * 2 if n > 0 else x
+
+    cfn = specengine.compile(f, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match="data-dependent u0"):
+        cfn(torch.tensor(3, dtype=torch.uint8), torch.randn(2))
+
+    def g(t, x):
+        n = t.item()
+        torch._check_is_size(n)  # a size from now on: `n > 0` is taken size-obliviously, asserted
+        return x * 2 if n > 0 else x
+
+    cfn = _data_sweep(g, [(torch.tensor(k), torch.randn(2)) for k in (1, 3)])
+    with pytest.raises(DataDependentCheckError, match=r"u0 > 0.*u0 = 0"):
+        cfn(torch.tensor(0), torch.randn(2))

@@ -35,11 +35,7 @@ class UnbackedSymbol:
     lo: int | None = None  # constant bounds (inclusive); None: unbounded
     hi: int | None = None
     hi_expr: E.Expr | None = None  # an upper bound over backed symbols (`x.numel()`), a fact
-
-    @property
-    def size_like(self) -> bool:
-        """A size (or a value known to be >= 0): size-oblivious reasoning applies to it."""
-        return self.python_type is int and self.lo is not None and self.lo >= 0
+    size_like: bool = False  # a size (an op's output size, or a value assumed >= 0): size-oblivious reasoning applies
 
     @property
     def description(self) -> str:
@@ -93,12 +89,9 @@ class Unbacked:
             s = self.symbols[name]
             if lo is not None:
                 s.lo = lo if s.lo is None else max(s.lo, lo)
+                s.size_like = s.size_like or (s.python_type is int and s.lo >= 0)  # `torch._check_is_size(n)`
             if hi is not None:
                 s.hi = hi if s.hi is None else min(s.hi, hi)
-
-    def hint(self, info: UnbackedSymbol) -> Any:
-        """The number an unbacked symbol carries while tracing (never used to decide anything): see `hint_value`."""
-        return hint_value(info)
 
 
 def hint_value(info: UnbackedSymbol) -> Any:

@@ -16,8 +16,10 @@ from specengine.constraints import expr as E
 from specengine.ops import prims
 from specengine.ops.registry import torchop
 from specengine.ops.utils import decide
+from specengine.provenance import user_frame
 from specengine.trace import context, unbacked
 from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
+from specengine.trace.symbol import BoundSymbol
 
 __all__ = ["nonzero", "argwhere", "masked_select", "masked_index", "masked_setitem", "item", "tolist"]
 
@@ -81,14 +83,11 @@ def item(t: TensorProxy) -> NumberProxy:
         raise RuntimeError(f"a Tensor with {numel.eval(context.require().decider.hints)} elements cannot be "
                            "converted to Scalar")  # fmt: skip
     e = _value_symbol(t, "item()")
-    name = next(iter(e.free_symbols()))
+    (name,) = e.free_symbols()
     state = context.require()
     info = state.decider.unbacked.symbols[name]
     proxy = NumberProxy(name, e, state.decider.hints[name], info.python_type)
-    from specengine.provenance import user_frame
-    from specengine.trace.symbol import BoundSymbol
-
-    state.emit(BoundSymbol(item_prim, (t, info.description), (), proxy, (), user_frame("item")))
+    state.emit(BoundSymbol(item_prim, (t, info.description), (), proxy, (), user_frame("item")))  # binds `u`
     return proxy
 
 

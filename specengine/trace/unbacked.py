@@ -30,7 +30,8 @@ from specengine.errors import DataDependentCheckError, UnsupportedOpError
 from specengine.provenance import user_frame
 from specengine.trace import context
 
-_BRANCH_OPS = frozenset({"bool"})  # decisions that are branches of the user's program (never assumed blindly)
+# Decisions that Python protocols take for the program (`if`, `hash`, `str`, ...): its own branches, never assumed
+_BRANCH_OPS = frozenset({"bool", "concrete", "float", "format", "hash", "index", "int", "repr", "str"})
 
 
 def _prims() -> Any:
@@ -40,17 +41,18 @@ def _prims() -> Any:
 
 
 def new_symbol(what: str, python_type: type = int, lo: int | None = None, hi: int | None = None,
-               hi_expr: E.Expr | None = None, op: str = "") -> Any:  # fmt: skip
+               hi_expr: E.Expr | None = None, op: str = "", size_like: bool = False) -> Any:  # fmt: skip
     """A fresh unbacked symbol (an int Expr, or a FloatExpr for `python_type=float`).
 
     Args:
         what: what it is, for messages and traces ("rows of nonzero"); the user's line is added.
-        lo, hi: constant inclusive bounds (None: unbounded); `lo >= 0` makes it size-like.
+        lo, hi: constant inclusive bounds (None: unbounded). It becomes size-like (size-oblivious reasoning
+            applies) once `u >= 0` is assumed (`torch._check_is_size(u)`, a size argument); `new_size` makes sizes.
         hi_expr: an upper bound over backed symbols, true for every call (e.g. the input's numel).
     """
     state = context.require()
     name = state.names.fresh("u")
-    info = UnbackedSymbol(name, python_type, what, user_frame(op), lo, hi, hi_expr)
+    info = UnbackedSymbol(name, python_type, what, user_frame(op), lo, hi, hi_expr, size_like)
     state.decider.unbacked.add(info)
     state.decider.hints[name] = hint_value(info)
     return FloatExpr("sym", (name,)) if python_type is float else E.sym(name)
@@ -58,7 +60,7 @@ def new_symbol(what: str, python_type: type = int, lo: int | None = None, hi: in
 
 def new_size(what: str, hi_expr: E.Expr | None = None, op: str = "") -> E.Expr:
     """A fresh size-like unbacked symbol `0 <= u <= hi_expr`, bound from the op's output (see `bind`)."""
-    u = new_symbol(what, int, 0, None, hi_expr, op)
+    u = new_symbol(what, int, 0, None, hi_expr, op, size_like=True)
     bind(u)
     return u
 
