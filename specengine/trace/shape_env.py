@@ -95,6 +95,8 @@ class ShapeEnvStandIn:
         self._constrain_range(expr, 0 if min is None else builtins_max(min, 0), max)
         info = state().decider.unbacked.symbols[_unview(expr).args[0]]
         info.what = info.what.replace("a data-dependent int of", "an output size of")
+        info.size_like = True  # size-oblivious reasoning applies (its stand-in value becomes 2, within the range)
+        state().decider.hints[info.name] = hint_value(info)
 
     def _constrain_range(self, expr: Any, min: int | None = None, max: int | None = None) -> None:
         e = _unview(expr)
