@@ -13,6 +13,7 @@ function raises what eager raises.
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import random
 from dataclasses import dataclass
@@ -28,13 +29,50 @@ UNARY = ("tanh", "neg", "abs", "sigmoid", "exp", "relu")
 REDUCE = ("sum", "mean", "amax")
 KINDS = ("unary", "scalar", "int_scalar", "float_scalar", "binary", "reduce", "matmul", "reshape", "slice",
          "branch_shape", "branch_int", "loop", "int_var", "inplace", "container", "isinstance_branch",
-         "try_op", "grad_block")  # fmt: skip
+         "try_op", "grad_block", "with_block")  # fmt: skip
 GRAD_MODES = (
     "torch.no_grad()",
     "torch.enable_grad()",
     "torch.set_grad_enabled(False)",
     "torch.set_grad_enabled({n} > 0)",
 )
+
+
+class Swallow:
+    """A context manager whose exit swallows RuntimeError (a handler, for the may-raise checks in its block)."""
+
+    def __enter__(self) -> Swallow:
+        return self
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> bool:
+        return kind is RuntimeError
+
+
+class Quiet:
+    """A context manager whose exit returns None (errors in its block propagate)."""
+
+    def __enter__(self) -> Quiet:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def catching() -> Any:
+    try:
+        yield
+    except RuntimeError:
+        pass
+
+
+@contextlib.contextmanager
+def passing() -> Any:
+    yield
+
+
+CONTEXTS = {"Swallow": Swallow, "Quiet": Quiet, "catching": catching, "passing": passing, "contextlib": contextlib}
+WITH_FORMS = ("Swallow()", "Quiet()", "catching()", "passing()", "contextlib.nullcontext()")
 
 
 class RandomChooser:
@@ -117,7 +155,7 @@ class Program:
         source = self.source()
         filename = f"<fuzz-{abs(hash(source)):x}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-        namespace: dict[str, Any] = {"torch": torch}
+        namespace: dict[str, Any] = {"torch": torch, **CONTEXTS}
         exec(compile(source, filename, "exec"), namespace)
         return namespace["prog"]
 
@@ -386,6 +424,15 @@ class Gen:
         if self.ch.chance(0.3):
             body = f"{body} if torch.is_grad_enabled() else {x} - 1"
         self.add("grad_block", [f"with {mode}:", f"    {o} = {body}", f"{o} = {o} + {x}"], o, self.values[x])
+
+    def with_block(self) -> None:
+        """A may-raise op (a broadcast, a reshape) inside `with` a user context manager: guarded both ways where
+        the manager's exit may swallow the error, unguarded (eager's error at run time) where it cannot."""
+        x, o = self.tensor(), self.out()
+        y = self.ch.choice(list(self.values))
+        op = self.ch.choice((f"({x} + {y})", f"({x} * {y})", f"{x}.reshape(-1, {self.ch.choice((2, 3))})"))
+        lines = [f"{o} = {x}.sum() * 2", f"with {self.ch.choice(WITH_FORMS)}:", f"    {o} = {op}.sum()"]
+        self.add("with_block", lines, o, ())
 
     def inplace(self) -> None:
         x = self.tensor()

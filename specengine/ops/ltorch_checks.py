@@ -11,7 +11,17 @@ from specengine.ops import prims
 from specengine.ops.registry import torchop
 from specengine.trace.proxies import TensorProxy
 
-__all__ = ["assert_all", "assert_async", "manual_seed", "get_rng_state", "set_rng_state"]
+__all__ = [
+    "assert_all",
+    "assert_async",
+    "manual_seed",
+    "get_rng_state",
+    "set_rng_state",
+    "cuda_manual_seed",
+    "cuda_manual_seed_all",
+    "cuda_get_rng_state",
+    "cuda_set_rng_state",
+]
 
 
 def _assert_all_impl(cond: torch.Tensor, error: str, message: str) -> None:
@@ -56,4 +66,39 @@ def get_rng_state() -> TensorProxy:
 # kept: torch state changed by the function: reproduced by the computation on every call
 @torchop(torch.random.set_rng_state, name="set_rng_state", pure=False, always_traced=True)
 def set_rng_state(new_state: TensorProxy) -> None:
+    return None
+
+
+# The CUDA generators (torch.cuda.manual_seed, ...; routed here by specengine/trace/effects.py): run in the
+# computation as the CPU ones are. A CUDA generator's state is its seed and offset (16 bytes, on the CPU).
+_CUDA_STATE_BYTES = 16
+
+
+def _cuda_manual_seed_impl(seed: int) -> None:
+    torch.cuda.random.manual_seed(seed)
+
+
+def _cuda_manual_seed_all_impl(seed: int) -> None:
+    torch.cuda.random.manual_seed_all(seed)
+
+
+@torchop(torch.cuda.random.manual_seed, name="cuda_manual_seed", pure=False, always_traced=True,
+         impl=_cuda_manual_seed_impl)  # fmt: skip
+def cuda_manual_seed(seed: int) -> None:
+    return None
+
+
+@torchop(torch.cuda.random.manual_seed_all, name="cuda_manual_seed_all", pure=False, always_traced=True,
+         impl=_cuda_manual_seed_all_impl)  # fmt: skip
+def cuda_manual_seed_all(seed: int) -> None:
+    return None
+
+
+@torchop(torch.cuda.random.get_rng_state, name="cuda_get_rng_state", pure=False, always_traced=True)
+def cuda_get_rng_state(device: object = "cuda") -> TensorProxy:
+    return prims.new_tensor((_CUDA_STATE_BYTES,), torch.uint8, [])
+
+
+@torchop(torch.cuda.random.set_rng_state, name="cuda_set_rng_state", pure=False, always_traced=True)
+def cuda_set_rng_state(new_state: TensorProxy, device: object = "cuda") -> None:
     return None

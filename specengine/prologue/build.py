@@ -384,10 +384,13 @@ def _global_state_checks(st: _Steps, grad_enabled: bool, default_dtype: torch.dt
 
 
 def _settings_checks(st: _Steps, reads: tuple) -> None:
-    """Global torch settings that the trace read keep the values it read (`torch.get_float32_matmul_precision()`)."""
+    """Global torch settings that the trace read keep the values it read (`torch.get_float32_matmul_precision()`,
+    `torch.backends.cudnn.deterministic`)."""
+    from specengine.trace.torch_settings import describe_read, real_getter
+
     for (name, args), value in reads:
-        getter = st.name(getattr(getattr(torch, name), "__wrapped__", getattr(torch, name)), name)
+        getter = st.name(real_getter(name), name.rpartition(".")[2])
         call = f"{getter}({', '.join(map(repr, args))})"
-        text = f"torch.{name}({', '.join(map(repr, args))})"
+        text = describe_read(name, args)
         op = "is not" if isinstance(value, (bool, torch.dtype)) or value is None else "!="
         st.check(f"{call} {op} {st.name(value, 'setting')}", f"{text} == {value!r}", (text, call))

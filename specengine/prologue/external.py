@@ -173,11 +173,12 @@ def _user_function(v: Any) -> bool:
     return isinstance(v, types.FunctionType) and not mod.startswith(("torch", "specengine", "functools", "typing"))
 
 
-def captured_transitively(target: Any, modules: list, limit: int = 64) -> list:
+def captured_transitively(target: Any, modules: list, ran: Any = None, limit: int = 64) -> list:
     """The globals and closure variables read by `target`, by the user functions it reaches through them (helpers,
     recursively) and by the methods of the user classes of `modules`' trees and of a bound method's `self`
     (`forward` first): `effects.captured_values` entries, each (holder, name) once. At most `limit` functions are
-    scanned after `target` and its helpers."""
+    scanned after `target` and its helpers. Then those read by the rest of the user code that ran while tracing
+    (`ran`, a `coverage.Coverage`: methods of objects passed in, callbacks, helpers past the limit)."""
     from specengine.trace.effects import captured_values
 
     classes = {c for m in modules for s in m.modules() for c in type(s).__mro__ if _user_class(c)}
@@ -187,20 +188,37 @@ def captured_transitively(target: Any, modules: list, limit: int = 64) -> list:
     methods.sort(key=lambda f: f.__name__ != "forward")
     out: list = []
     seen: set = set()
-    done: set[int] = set()
+    done: dict[int, Any] = {}
     for roots in ([target], methods):
         todo, scanned = list(roots), 0
         while todo and scanned < limit:
             fn = todo.pop(0)
             if id(fn) in done:
                 continue
-            done.add(id(fn))
+            done[id(fn)] = fn
             scanned += 1
             for kind, name, value, holder in captured_values(fn):
-                key = (id(holder), name if kind == "global" else name[0])
-                if key not in seen:
-                    seen.add(key)
-                    out.append((kind, name, value, holder))
-                    if _user_function(value):
-                        todo.insert(0, value)  # a helper before the next method
+                if _add(out, seen, kind, name, value, holder) and _user_function(value):
+                    todo.insert(0, value)  # a helper before the next method
+    if ran is not None:
+        covered = {f.__code__ for f in done.values() if hasattr(f, "__code__")}
+        for entry in ran.captured(covered, _proxy_free):
+            _add(out, seen, *entry)
     return out
+
+
+def _add(out: list, seen: set, kind: str, name: Any, value: Any, holder: Any) -> bool:
+    key = (id(holder), name if kind == "global" else name[0])
+    if key in seen:
+        return False
+    seen.add(key)
+    out.append((kind, name, value, holder))
+    return True
+
+
+def _proxy_free(value: Any) -> bool:
+    """A closure variable of a function made before tracing (one made while tracing may hold traced values)."""
+    from specengine.trace.proxies import Proxy
+
+    values = value.values() if type(value) is dict else value if type(value) in (list, tuple) else (value,)
+    return not any(isinstance(v, Proxy) for v in values)

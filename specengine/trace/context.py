@@ -51,6 +51,7 @@ class TraceState:
         self.global_reads: dict[str, Any] = {}  # global torch state the function read (see effects.GETTERS)
         self.caught: Exception | None = None  # an error of the engine that a handler in the function observes
         self.suppressing = 0  # how many `contextlib.suppress` blocks are open
+        self.coverage = None  # coverage.Coverage: the user code that runs, while the function runs
         self.input_contiguity: dict[str, bool] = {}  # input tensor name -> contiguous in the example
         self.contiguous_inputs: set[str] = set()  # inputs whose contiguity the trace relies on (the prologue checks it)
         self.pending_binds: list[str] = []  # unbacked sizes to read from the output of the op being recorded
@@ -76,6 +77,7 @@ class TraceState:
         self.scopes.append([])
         self.raises.append(False)
         self._observed.append(None if top else self._observed[-1])
+        paused = top and self.coverage is not None and self.coverage.pause()  # no user code runs in here
         try:
             out = sym.meta(*args, **kwargs)
         except BaseException:
@@ -84,6 +86,8 @@ class TraceState:
                 self.pending.clear()
             raise
         finally:
+            if paused:
+                self.coverage.resume()
             subsymbols = tuple(self.scopes.pop())
             raises = self.raises.pop()
             self._observed.pop()

@@ -40,6 +40,9 @@ _saved_print: Callable = builtins.print
 # as eager does); the recorded op is torch.random's own function (torch._dynamo wraps torch.manual_seed).
 _RNG_FUNCTIONS = ("manual_seed", "get_rng_state", "set_rng_state")
 _real_rng = {name: getattr(torch.random, name) for name in _RNG_FUNCTIONS}
+# The CUDA generators likewise (torch.cuda and torch.cuda.random); seeding them at random is refused.
+_CUDA_RNG = ("manual_seed", "manual_seed_all", "get_rng_state", "set_rng_state")
+_CUDA_REFUSED = ("seed", "seed_all", "initial_seed", "get_rng_state_all", "set_rng_state_all")
 _saved_rng: dict[str, tuple] = {}
 _MISSING = object()
 
@@ -68,7 +71,34 @@ def _traced_rng(name: str) -> Callable:
 _TRACED_RNG = {name: _traced_rng(name) for name in _RNG_FUNCTIONS}
 
 
+def _traced_cuda(name: str) -> Callable:
+    real = getattr(torch.cuda.random, name)
+
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        if context.current() is not None:
+            from specengine.trace.proxies import HOOKS, unsupported
+
+            if name in _CUDA_REFUSED:
+                raise unsupported(f"torch.cuda.{name}", "the CUDA random state it reads or sets would be used only "
+                                  "while tracing; call it outside the compiled function")  # fmt: skip
+            return HOOKS.dispatch_torch(real, args, kwargs)
+        return real(*args, **kwargs)
+
+    traced.__name__ = name
+    traced.__wrapped__ = real
+    return traced
+
+
+_TRACED_CUDA = {name: _traced_cuda(name) for name in _CUDA_RNG + _CUDA_REFUSED}
+
+
 def _swap_rng(install: bool) -> None:
+    for name, traced in _TRACED_CUDA.items():
+        for module in (torch.cuda, torch.cuda.random):
+            if install and getattr(module, name) is traced.__wrapped__:
+                setattr(module, name, traced)
+            elif not install and getattr(module, name) is traced:
+                setattr(module, name, traced.__wrapped__)
     for name in _RNG_FUNCTIONS:
         if install and getattr(torch, name) is not _TRACED_RNG[name]:
             _saved_rng[name] = (getattr(torch, name), getattr(torch.random, name))

@@ -5,11 +5,14 @@ inputs the torch op raises eager's error at run time. That is sound only if noth
 error. Where the op runs inside a `try` of the user's frames (Python 3.11+ exception tables say so), the check is
 decided with a guard instead, so that both outcomes, raising and not raising, are traced (`TraceState.may_raise`).
 
-A `with contextlib.suppress(...)` block counts as such a handler (its `with` looks like any other in the exception
-table: the class is wrapped while tracing). An error of the engine itself (UnsupportedOpError) that such a handler
-observes refuses the compile: the trace would take the except path where eager takes the other one.
+A `with` block counts as such a handler where its context manager's `__exit__` may swallow the error
+(`contexts.may_swallow`: `contextlib.suppress`, a `@contextmanager` whose generator catches it, a class whose
+`__exit__` may return a true value, a context manager that `coverage` did not see entered), not where it cannot
+(`torch.no_grad()`, `torch.autocast`, `contextlib.nullcontext`, files and locks, an `__exit__` that returns None).
+An error of the engine itself (UnsupportedOpError) that such a handler observes refuses the compile: the trace
+would take the except path where eager takes the other one.
 
-Not seen: handlers in torch's own Python code, and other context managers whose `__exit__` swallows errors.
+Not seen: handlers in torch's own Python code.
 """
 
 from __future__ import annotations
@@ -41,17 +44,19 @@ def _entry(code: types.CodeType, offset: int) -> Any:
     return None
 
 
-def _classify(code: types.CodeType, target: int) -> tuple[bool, int]:
+def _classify(frame: Any, code: types.CodeType, target: int) -> tuple[bool, int]:
     """(whether the handler at `target` may swallow the exception, else where it re-raises it).
 
-    An `except` clause (or a `finally` that returns) may swallow it; a `finally` body, a `with` block's exit and the
-    interpreter's cleanup blocks re-raise it. A `with` block counts as re-raising (`contextlib.suppress` is counted
-    apart).
+    An `except` clause (or a `finally` that returns) may swallow it; a `finally` body and the interpreter's cleanup
+    blocks re-raise it; a `with` block's exit swallows it where its context manager's `__exit__` may (see
+    `contexts.may_swallow`).
     """
     instructions = _table(code)[1]
     start = next(i for i, ins in enumerate(instructions) if ins.offset == target)
     pushed = instructions[start].opname == "PUSH_EXC_INFO"
     for ins in instructions[start:]:
+        if ins.opname == "WITH_EXCEPT_START" and _with_swallows(frame, code, target):
+            return True, target
         if ins.opname in _HANDLES or (pushed and ins.opname == "POP_EXCEPT"):
             return True, target
         if ins.opname == "RERAISE":
@@ -59,12 +64,26 @@ def _classify(code: types.CodeType, target: int) -> tuple[bool, int]:
     return True, target
 
 
-def _observes(code: types.CodeType, offset: int) -> bool:
+def _with_swallows(frame: Any, code: types.CodeType, target: int) -> bool:
+    """Whether the `with` whose exit handler is at `target` may swallow: decided by its context manager, which
+    `coverage` saw entered at the `with` (the instruction before the block's first protected one)."""
+    from specengine.trace.contexts import may_swallow
+
+    state = context.current()
+    cov = getattr(state, "coverage", None)
+    starts = [e.start for e in _table(code)[0] if e.target == target]
+    before = [i for i in _table(code)[1] if starts and i.offset < min(starts)]
+    if cov is None or not before or before[-1].opname != "BEFORE_WITH":
+        return True  # not seen: as a handler
+    return may_swallow(cov.context_manager(frame, before[-1].offset))
+
+
+def _observes(frame: Any, code: types.CodeType, offset: int) -> bool:
     for _ in range(_MAX_CHAIN):
         entry = _entry(code, offset)
         if entry is None:
             return False
-        swallows, offset = _classify(code, entry.target)
+        swallows, offset = _classify(frame, code, entry.target)
         if swallows:
             return True
     return True
@@ -82,10 +101,16 @@ def handler_observes() -> bool:
     frame = sys._getframe(1)
     while frame is not None and frame.f_code is not stop:
         code = frame.f_code
-        if not _is_internal(code.co_filename) and code.co_exceptiontable and _observes(code, frame.f_lasti):
+        if not _is_internal(code.co_filename) and code.co_exceptiontable and _observes(frame, code, frame.f_lasti):
             return True
         frame = frame.f_back
     return False
+
+
+def frame_observes(frame: Any) -> bool:
+    """Whether an exception raised where `frame` (a suspended generator's) stands reaches a handler in it."""
+    code = frame.f_code
+    return bool(code.co_exceptiontable) and _observes(frame, code, frame.f_lasti)
 
 
 def check_caught(state: Any) -> None:

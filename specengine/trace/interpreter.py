@@ -26,7 +26,7 @@ from specengine.prologue.inputs import (
     ObjectSpec,
     TensorSpec,  # fmt: skip
 )
-from specengine.trace import compiling, effects, mutations, objects, torch_settings, unbound_methods, writes
+from specengine.trace import compiling, coverage, effects, mutations, objects, torch_settings, unbound_methods, writes
 from specengine.trace.context import NameGen, TraceState, tracing
 from specengine.trace.exceptions import check_caught
 from specengine.trace.proxies import NumberProxy, TensorProxy, tensor_isinstance, unflatten_size
@@ -146,6 +146,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
             writes.objects_unchanged(plain, target),
             shadows.constants_unchanged(),
             mutations.unchanged(found, target) as walk,
+            coverage.collecting(state) as ran,  # the user code that runs (prologue/external.py guards its reads)
         ):
             mutations.check_not_aliased(specs, walk, shadows.rebuilt)
             out = outside.lift(unbound_methods.call_user(fn, args, kwargs))  # a real tensor returned: its proxy
@@ -158,7 +159,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     _note_autocast_reads(state)
     if state.output_plan is not None:
         out = tuple(state.output_plan.leaves)
-    specs.captured = captured_transitively(target, modules)  # baked in: the prologue guards them
+    specs.captured = captured_transitively(target, modules, ran)  # baked in: the prologue guards them
     torch_settings.note_captured(state, specs.captured)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
     specs.layout_facts = list(state.layout_facts)

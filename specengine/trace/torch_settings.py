@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from specengine.errors import UnsupportedOpError
-from specengine.trace import context
+from specengine.trace import backend_flags, context
 
 _SPECENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -123,6 +123,7 @@ def _grad_setter(real: Callable) -> Callable:
 
 def install() -> None:
     """Wrap the getters and setters (called under the effects lock, when the first trace starts)."""
+    backend_flags.install()
     _saved_c["_set_grad_enabled"] = torch._C._set_grad_enabled
     torch._C._set_grad_enabled = _grad_setter(torch._C._set_grad_enabled)
     wrappers = {n: _getter(n, getattr(torch, n), c) for n, c in GETTERS.items()}
@@ -133,6 +134,7 @@ def install() -> None:
 
 
 def uninstall() -> None:
+    backend_flags.uninstall()
     real = _saved_c.pop("_set_grad_enabled", None)
     if real is not None and getattr(torch._C._set_grad_enabled, "__wrapped__", None) is real:
         torch._C._set_grad_enabled = real
@@ -147,21 +149,37 @@ def _real(name: str) -> Callable:
     return getattr(fn, "__wrapped__", fn)
 
 
+def describe_read(name: str, args: tuple) -> str:
+    """`torch.get_float32_matmul_precision()`, `torch.backends.cudnn.deterministic` (an attribute)."""
+    if backend_flags.is_attribute(name):
+        return f"torch.{name}"
+    return f"torch.{name}({', '.join(map(repr, args))})"
+
+
+def real_getter(name: str) -> Callable:
+    """What the prologue calls to read a setting noted as `name` (a torch getter, or a backend flag's getter)."""
+    return backend_flags.real_getter(name) or _real(name)
+
+
 def snapshot() -> tuple:
     """The settings and the default generator's random state, read without noting anything."""
     values = tuple(_real(n)() for n in GETTERS if n not in ("get_autocast_dtype", "get_default_device"))
-    return values, torch.default_generator.get_state()
+    return values, torch.default_generator.get_state(), backend_flags.snapshot(), _cuda_rng()
 
 
 def check_unchanged(before: tuple, state: Any) -> None:
     """Refuse a trace that changed a setting, or drew random numbers (ops run eagerly at trace time)."""
-    values, rng = snapshot()
+    values, rng, *_ = snapshot()
     names = [n for n in GETTERS if n not in ("get_autocast_dtype", "get_default_device")]
     for name, old, new in zip(names, before[0], values):
         if old != new:
             raise UnsupportedOpError(f"changing torch.{name}() inside a compiled function", "<traced function>",
                                      "the change would happen only while tracing; change it outside")  # fmt: skip
-    if not torch.equal(before[1], rng):  # (seeding is recorded as an op, not run while tracing)
+    for (name, old), (_, new) in zip(before[2], backend_flags.snapshot()):
+        if old != new:
+            raise UnsupportedOpError(f"changing torch.{name} inside a compiled function", "<traced function>",
+                                     "the change would happen only while tracing; change it outside")  # fmt: skip
+    if not torch.equal(before[1], rng) or not _same_states(before[3], _cuda_rng()):  # (seeding is an op)
         raise UnsupportedOpError("drawing random numbers (or changing the random state) inside a compiled function",
                                  "<traced function>", "random ops are not traced; draw the numbers outside the "
                                  "compiled function and pass them in")  # fmt: skip
@@ -170,3 +188,14 @@ def check_unchanged(before: tuple, state: Any) -> None:
 def restore_rng(before: tuple) -> None:
     """Undo what anything did to the random state while tracing (a failed compile changes nothing)."""
     torch.default_generator.set_state(before[1])
+    if before[3] is not None and not _same_states(before[3], _cuda_rng()):
+        torch.cuda.set_rng_state_all(before[3])
+
+
+def _cuda_rng() -> list | None:
+    """The CUDA generators' states, where CUDA is initialized (never initializes it)."""
+    return torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+
+def _same_states(a: list | None, b: list | None) -> bool:
+    return (a is None) == (b is None) and (a is None or all(torch.equal(x, y) for x, y in zip(a, b)))

@@ -1,0 +1,182 @@
+"""Backend flags read as attributes: `torch.backends.cudnn.deterministic`, `torch.backends.cuda.matmul.allow_tf32`...
+
+They are not functions that `torch_settings` can wrap, so while any thread traces:
+
+- reads go through wrappers of `torch.backends.ContextProp.__get__` (every `PropModule` flag: cudnn, mkldnn,
+  miopen, `torch.backends.fp32_precision`), of `cuBLASModule.__getattr__` (`torch.backends.cuda.matmul.*`) and of
+  the scaled-dot-product backend getters (`torch.backends.cuda.flash_sdp_enabled()`, ...): each read is noted on
+  the tracing state as `("backends.cudnn.deterministic", ())`, and the prologue calls the flag's own C getter
+  (`real_getter`), only where the trace read it;
+- writes (`torch.backends.cudnn.benchmark = True`, `with torch.backends.cudnn.flags(...)`, the matmul flags, the
+  sdp setters) are refused, as `torch_settings` refuses setters: the change would happen only while tracing. The
+  C setters themselves are wrapped too, and every flag is compared before and after tracing.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable
+
+import torch
+import torch.backends
+import torch.backends.cuda
+import torch.backends.cudnn
+import torch.backends.mkldnn
+
+from specengine.trace import context
+
+_MATMUL = ("allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_fp16_reduced_precision_reduction_split_k",
+           "allow_bf16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction_split_k",
+           "allow_fp16_accumulation", "fp32_precision")  # fmt: skip
+_SDP = ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled", "cudnn_sdp_enabled")
+_SETTER_PREFIXES = (
+    "_set_cudnn_",
+    "_set_cublas_",
+    "_set_mkldnn_",
+    "_set_onednn_",
+    "_set_miopen_",
+    "_set_sdp_use_",
+    "_set_fp32_precision_setter",
+    "_set_cpu_allow_fp16_reduced_precision_reduction",
+)
+_prop_get, _prop_set = torch.backends.ContextProp.__get__, torch.backends.ContextProp.__set__
+_cublas = type(torch.backends.cuda.matmul)
+_cublas_get, _cublas_set = _cublas.__getattr__, _cublas.__setattr__
+_saved_c: dict[str, Callable] = {}
+_saved_sdp: dict[str, Callable] = {}
+
+
+@functools.lru_cache(maxsize=1)
+def _props() -> dict[int, tuple[str, Any]]:
+    """id(ContextProp) -> (name, the prop), for every PropModule flag loaded."""
+    out = {}
+    for mod in [m for m in list(sys.modules.values()) if isinstance(m, torch.backends.PropModule)] + [torch.backends]:
+        for attr, prop in vars(type(mod)).items():
+            if isinstance(prop, torch.backends.ContextProp):
+                out[id(prop)] = (f"{mod.__name__.removeprefix('torch.')}.{attr}", prop)
+    return out
+
+
+def flags() -> dict[str, Callable[[], Any]]:
+    """Every flag: its name (as noted in reads) -> its getter (a C function, or a partial of one)."""
+    out = {name: prop.getter for name, prop in _props().values()}
+    out.update({f"backends.cuda.matmul.{a}": functools.partial(_cublas_get, torch.backends.cuda.matmul, a)
+                for a in _MATMUL})  # fmt: skip
+    out.update({f"backends.cuda.{n}": getattr(torch.backends.cuda, n) for n in _SDP if hasattr(torch.backends.cuda, n)})
+    return out
+
+
+_FLAGS: dict[str, Callable] = {}
+
+
+def real_getter(name: str) -> Callable | None:
+    if not _FLAGS:
+        _FLAGS.update(flags())
+    return _FLAGS.get(name)
+
+
+def is_attribute(name: str) -> bool:
+    return real_getter(name) is not None and not name.endswith(_SDP)
+
+
+def snapshot() -> tuple:
+    """Every flag's value (compared before and after tracing)."""
+    if not _FLAGS:
+        _FLAGS.update(flags())
+    return tuple((name, _value(getter)) for name, getter in _FLAGS.items())
+
+
+def _value(getter: Callable) -> Any:
+    try:
+        return getter()
+    except Exception:  # noqa: BLE001 - a flag this build cannot read
+        return None
+
+
+def _note(name: str, value: Any) -> None:
+    from specengine.trace.torch_settings import _SPECENGINE, _quiet, note_read
+
+    state = context.current()
+    if state is None or _quiet.get() or sys._getframe(2).f_code.co_filename.startswith(_SPECENGINE):
+        return
+    note_read(state, name, (), value)
+
+
+def _refuse(what: str) -> None:
+    if context.current() is not None:
+        from specengine.trace.proxies import unsupported
+
+        raise unsupported(f"setting {what} inside a compiled function", "the change would happen only while "
+                          "tracing, never on cached calls; set it outside the compiled function")  # fmt: skip
+
+
+def _traced_prop_get(self: Any, obj: Any, objtype: Any = None) -> Any:
+    value = _prop_get(self, obj, objtype)
+    seen = _props().get(id(self))
+    if seen is not None:
+        _note(seen[0], value)
+    return value
+
+
+def _traced_prop_set(self: Any, obj: Any, value: Any) -> None:
+    seen = _props().get(id(self))
+    _refuse(f"torch.{seen[0]}" if seen else "a torch.backends flag")
+    return _prop_set(self, obj, value)
+
+
+def _traced_cublas_get(self: Any, name: str) -> Any:
+    value = _cublas_get(self, name)
+    _note(f"backends.cuda.matmul.{name}", value)
+    return value
+
+
+def _traced_cublas_set(self: Any, name: str, value: Any) -> None:
+    _refuse(f"torch.backends.cuda.matmul.{name}")
+    return _cublas_set(self, name, value)
+
+
+def _sdp_getter(name: str, real: Callable) -> Callable:
+    def getter() -> Any:
+        value = real()
+        _note(f"backends.cuda.{name}", value)
+        return value
+
+    getter.__name__ = name
+    getter.__wrapped__ = real
+    return getter
+
+
+def _c_setter(name: str, real: Callable) -> Callable:
+    def setter(*args: Any, **kwargs: Any) -> Any:
+        _refuse(f"torch._C.{name}(...)")
+        return real(*args, **kwargs)
+
+    setter.__name__ = name
+    setter.__wrapped__ = real
+    return setter
+
+
+def install() -> None:
+    """Wrap the readers and writers (called with `torch_settings.install`, when the first trace starts)."""
+    torch.backends.ContextProp.__get__, torch.backends.ContextProp.__set__ = _traced_prop_get, _traced_prop_set
+    _cublas.__getattr__, _cublas.__setattr__ = _traced_cublas_get, _traced_cublas_set
+    for name in dir(torch._C):
+        if name.startswith(_SETTER_PREFIXES) and name not in _saved_c:
+            _saved_c[name] = getattr(torch._C, name)
+            setattr(torch._C, name, _c_setter(name, _saved_c[name]))
+    for name in _SDP:
+        real = getattr(torch.backends.cuda, name, None)
+        if real is not None and name not in _saved_sdp:
+            _saved_sdp[name] = real
+            setattr(torch.backends.cuda, name, _sdp_getter(name, real))
+
+
+def uninstall() -> None:
+    torch.backends.ContextProp.__get__, torch.backends.ContextProp.__set__ = _prop_get, _prop_set
+    _cublas.__getattr__, _cublas.__setattr__ = _cublas_get, _cublas_set
+    for saved, owner in ((_saved_c, torch._C), (_saved_sdp, torch.backends.cuda)):
+        for name, real in saved.items():
+            if getattr(getattr(owner, name), "__wrapped__", None) is real:
+                setattr(owner, name, real)
+        saved.clear()
