@@ -29,6 +29,10 @@ from specengine.trace import context
 _MATMUL = ("allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_fp16_reduced_precision_reduction_split_k",
            "allow_bf16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction_split_k",
            "allow_fp16_accumulation", "fp32_precision")  # fmt: skip
+_C_GETTERS = {
+    "allow_tf32": torch._C._get_cublas_allow_tf32,
+    "allow_fp16_accumulation": getattr(torch._C, "_get_cublas_allow_fp16_accumulation", None),
+}
 _SDP = ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled", "cudnn_sdp_enabled")
 _SETTER_PREFIXES = (
     "_set_cudnn_",
@@ -61,7 +65,7 @@ def _props() -> dict[int, tuple[str, Any]]:
 def flags() -> dict[str, Callable[[], Any]]:
     """Every flag: its name (as noted in reads) -> its getter (a C function, or a partial of one)."""
     out = {name: prop.getter for name, prop in _props().values()}
-    out.update({f"backends.cuda.matmul.{a}": functools.partial(_cublas_get, torch.backends.cuda.matmul, a)
+    out.update({f"backends.cuda.matmul.{a}": _C_GETTERS.get(a) or functools.partial(_cublas_get, torch.backends.cuda.matmul, a)
                 for a in _MATMUL})  # fmt: skip
     out.update({f"backends.cuda.{n}": getattr(torch.backends.cuda, n) for n in _SDP if hasattr(torch.backends.cuda, n)})
     return out

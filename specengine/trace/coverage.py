@@ -129,10 +129,11 @@ class Coverage:
 
     def captured(self, covered: set, proxy_free: Any) -> list:
         """`effects.captured_values` entries for the user code that ran and is not in `covered` (code objects
-        whose functions the static walk scanned): the globals each reads, the cells of the functions that hold it
-        (found through the garbage collector; cells holding proxies were made while tracing and are skipped)."""
+        whose functions the static walk scanned): the globals each reads, and the cells of its functions where they
+        can still change (the functions found through the garbage collector, those whose cells hold the values a
+        frame of theirs ran with; cells holding proxies were made while tracing and are skipped)."""
         out: list = []
-        closures = [c for c in self.codes if c not in covered and c.co_freevars]
+        closures = [c for c, g in self.codes.items() if c not in covered and c.co_freevars and not _cells_fixed(c, g)]
         for code, glb in self.codes.items():
             if code not in covered:
                 out += [("global", n, glb[n], glb) for n in global_reads(code) if n in glb and _guardable(glb[n])]
@@ -162,8 +163,6 @@ def _closure_cells(codes: list, frees: dict, proxy_free: Any) -> list:
         if isinstance(f, types.FunctionType) and f.__code__ in wanted and _ran(f, frees.get(f.__code__, ())):
             per_code.setdefault(f.__code__, []).append(f)
     for code, fs in per_code.items():
-        if _cells_fixed(code, fs[0].__globals__):
-            continue
         if len(fs) > _MAX_CLOSURES:
             raise UnsupportedOpError(f"a closure {code.co_name} of which {len(fs)} copies exist",
                                      f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}",
@@ -190,11 +189,13 @@ def _cells_fixed(code: types.CodeType, glb: dict) -> bool:
     made it runs (or is suspended), or through a nested function that declares it `nonlocal`. So they are fixed
     where each enclosing function is found (through `code`'s qualified name), runs in no thread now, is no
     generator, and no function nested in it writes the names."""
+    names = set(code.co_freevars) - {"__class__"}  # a method's class cell (zero-argument super) is set once
+    if not names:
+        return True
     chain = _enclosing(code, glb)
     if chain is None:
         return False
     running = {f.f_code for top in sys._current_frames().values() for f in _stack(top)}
-    names = set(code.co_freevars)
     for parent in chain:
         if parent in running or parent.co_flags & _SUSPENDS:
             return False
