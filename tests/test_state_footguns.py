@@ -184,7 +184,7 @@ def test_a_with_block_whose_exit_cannot_swallow_stays_unguarded(cm):
 def test_an_unsupported_op_inside_a_swallowing_with_is_refused():
     def f(x):
         with _Swallows():
-            return x * len(x.tolist())
+            return x * len(x.reshape(1, -1).tolist())  # (2-D: unsupported)
         return x
 
     cfn = specengine.compile(f, dynamic=True)
