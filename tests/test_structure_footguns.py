@@ -124,6 +124,39 @@ def test_a_config_field_changed_after_compile_is_noticed():
     assert "self._modules['0'].config.scale == 2 failed" in specengine.recompile_reasons(cfn)[-1]
 
 
+@dataclasses.dataclass
+class _Layered:
+    kinds: list = dataclasses.field(default_factory=lambda: ["full", "full"])
+    table: dict = dataclasses.field(default_factory=lambda: {"full": 2})
+
+
+class _ByKind(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.config = _Layered()
+
+    def forward(self, x):
+        for kind in self.config.kinds:
+            x = x * self.config.table.get(kind, 3)
+        return x
+
+
+def test_a_list_or_dict_field_of_a_config_changed_in_place_is_noticed():
+    model = _ByKind()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n))
+    model.config.kinds.append("sliding")  # in place: no attribute write
+    _same(cfn, model, torch.randn(2))
+    model.config.table["sliding"] = 5
+    _same(cfn, model, torch.randn(1))
+    model.config.kinds.pop()
+    del model.config.table["sliding"]  # as at first: the first entry serves
+    _same(cfn, model, torch.randn(2))
+    assert counts(cfn) == (3, 3)
+    assert specengine.recompile_reasons(cfn)[0].startswith("the contents of _Layered.kinds ==")
+
+
 def test_a_transformers_config_field_changed_after_compile_is_noticed():
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(use_cache=True)
@@ -141,6 +174,41 @@ def test_a_transformers_config_field_changed_after_compile_is_noticed():
     config.use_cache = False
     _same(cfn, model, torch.randn(2, 3))
     assert counts(cfn) == (2, 2)
+
+
+GLOBAL_CONFIG = _Config()
+
+
+def _uses_global_config(x):
+    return x * GLOBAL_CONFIG.scale if GLOBAL_CONFIG.use_scale else x
+
+
+def test_fields_of_a_config_read_as_a_global_or_by_a_bound_self_are_noticed():
+    cfn = specengine.compile(_uses_global_config, dynamic=True)
+    try:
+        for n in (0, 1, 2):
+            _same(cfn, _uses_global_config, torch.randn(n))
+        GLOBAL_CONFIG.use_scale = False
+        _same(cfn, _uses_global_config, torch.randn(2))
+    finally:
+        GLOBAL_CONFIG.use_scale = True
+    _same(cfn, _uses_global_config, torch.randn(1))
+    assert counts(cfn) == (2, 3)
+
+    class Runner:
+        def __init__(self):
+            self.config = _Config()
+
+        def run(self, x):
+            return x * self.config.inner.shift
+
+    runner = Runner()
+    cr = specengine.compile(runner.run, dynamic=True)
+    _same(cr, runner.run, torch.randn(2))
+    runner.config.inner.shift = 2.0
+    _same(cr, runner.run, torch.randn(1))
+    assert counts(cr) == (2, 0)
+    assert specengine.recompile_reasons(cr)[0] == "self.config.inner.shift == 0.0 failed: self.config.inner.shift = 2.0"
 
 
 def test_a_config_changed_while_tracing_is_refused_and_put_back():
@@ -315,6 +383,26 @@ def test_an_argument_that_is_also_a_module_attribute_is_refused():
     assert model.cache.items == [] and counts(cfn) == (1, 2)
 
 
+def test_an_argument_that_is_also_an_attribute_of_a_bound_self_is_refused():
+    class Owner:
+        def __init__(self):
+            self.cache = _Box()
+
+        def run(self, x, box):
+            box.items.append(x)
+            return x * (len(self.cache.items) + 1)
+
+    owner = Owner()
+    cfn = specengine.compile(owner.run, dynamic=True)
+    for n in (0, 1, 2):
+        box, ref, x = _Box(), _Box(), torch.randn(n)
+        torch.testing.assert_close(cfn(x, box), owner.run(x, ref))
+        assert len(box.items) == len(ref.items) == 1
+    with pytest.raises(UnsupportedOpError, match=r"passing self.cache \(a _Box\) as the argument box"):
+        cfn(torch.randn(1), owner.cache)
+    assert owner.cache.items == [] and counts(cfn) == (1, 2)
+
+
 # Nested state inside objects that are not shadowed -------------------------------------------------------------
 
 
@@ -352,6 +440,25 @@ def test_a_list_inside_a_module_attribute_object_is_refused_and_put_back():
     with pytest.raises(UnsupportedOpError, match=r"changing self.log.items while tracing"):
         cfn(torch.ones(2))
     assert model.log.items == [] and specengine.cache_entries(cfn) == []
+
+
+def test_fields_of_an_argument_that_is_not_plain_changed_between_calls_are_noticed():
+    def f(x, obj):
+        return x * (obj.n + len(obj.items))
+
+    obj = _Slotted()
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, f, torch.randn(n), obj)
+    obj.n = 3  # a slot assigned: the class's setattr bumps the counter
+    _same(cfn, f, torch.randn(2), obj)
+    obj.items = [1]
+    _same(cfn, f, torch.randn(1), obj)
+    obj.items.append(2)  # in place: its contents are compared on every call
+    _same(cfn, f, torch.randn(1), obj)
+    obj.n, obj.items = 0, []  # a new list: its identity is compared, so another entry
+    _same(cfn, f, torch.randn(1), obj)
+    assert counts(cfn) == (5, 2)
 
 
 class _Pair(NamedTuple):

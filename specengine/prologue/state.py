@@ -18,7 +18,7 @@ import torch
 
 from specengine.prologue.classes import ClassGuard, user_classes
 from specengine.prologue.external import ObjGuard, has_value_semantics
-from specengine.prologue.structure import INTERNAL, StructureGuard, config_objects, put, watch
+from specengine.prologue.structure import INTERNAL, StructureGuard, config_objects, contents_guards, put, watch
 
 
 @dataclass(frozen=True)
@@ -119,8 +119,9 @@ class StateBuilder:
                 elif type(value) in (list, dict):  # changed in place without a write the counter sees
                     self._contents_guard(path, read, value)
         self.specs.structure.append(StructureGuard(module, path_root, self.promoted))
-        configs = [o for _, sub in subs for o in config_objects(sub)]
+        configs = list({id(o): o for _, sub in subs for o in config_objects(sub)}.values())
         self.specs.structure.append(ClassGuard([type(s) for _, s in subs] + user_classes(configs), path_root))
+        self.specs.external += [g for obj in configs for g in contents_guards(obj)]
         self._promoted_ints(subs, path_root, glb)
 
     def _contents_guard(self, path: str, read: str, value: list | dict) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import types
 import weakref
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 import torch.nn.modules.module as module_mod
@@ -144,27 +144,54 @@ def _forget(module_id: int, dicts: set[int]) -> None:
 
 
 def is_config_object(v: Any) -> bool:
-    """An instance of a user class whose state is its `__dict__` (a dataclass, a `PretrainedConfig`, ...)."""
+    """An instance of a user class whose state is its `__dict__` or its `__slots__` (a dataclass, a
+    `PretrainedConfig`, ...); containers (a namedtuple, a dict subclass) are not."""
     cls = type(v)
-    if isinstance(v, (torch.Tensor, torch.nn.Module, type, types.ModuleType, types.FunctionType, types.MethodType)):
+    if isinstance(v, (torch.Tensor, torch.nn.Module, type, types.ModuleType, types.FunctionType, types.MethodType,
+                      tuple, list, dict, set, frozenset)):  # fmt: skip
         return False
     mod = getattr(cls, "__module__", "") or ""
     engine = mod.startswith("specengine") and not mod.startswith("specengine.examples")
-    return type(getattr(v, "__dict__", None)) is dict and not engine and not mod.startswith(("builtins", "torch"))
+    if engine or mod.startswith(("builtins", "torch")):
+        return False
+    return type(getattr(v, "__dict__", None)) is dict or bool(_slots(cls))
 
 
-def config_objects(m: torch.nn.Module, depth: int = 2) -> Iterator[Any]:
-    """Config objects among `m`'s attributes, and those they hold (up to `depth` levels)."""
-    todo = [(v, 0) for k, v in vars(m).items() if k not in INTERNAL and is_config_object(v)]
-    seen: set[int] = set()
+def _slots(cls: type) -> list[str]:
+    names = []
+    for c in cls.__mro__:
+        slots = vars(c).get("__slots__", ())
+        names += [n for n in ([slots] if isinstance(slots, str) else slots) if n not in ("__dict__", "__weakref__")]
+    return names
+
+
+def object_fields(obj: Any) -> dict:
+    """A config object's state: its `__dict__` and the slots that are set."""
+    state = getattr(obj, "__dict__", None)
+    out = dict(state) if type(state) is dict else {}
+    for name in _slots(type(obj)):
+        value = getattr(obj, name, _MISSING)
+        if value is not _MISSING:
+            out[name] = value
+    return out
+
+
+def config_objects(m: torch.nn.Module) -> list:
+    """Config objects among `m`'s attributes, and those they hold (two levels deep)."""
+    return config_tree(v for k, v in vars(m).items() if k not in INTERNAL)
+
+
+def config_tree(values: Any, depth: int = 2) -> list:
+    """The config objects among `values` and those they hold, up to `depth` levels below, each once."""
+    todo = [(v, 0) for v in values if is_config_object(v)]
+    seen: dict[int, Any] = {}
     while todo:
         obj, d = todo.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        yield obj
-        if d < depth:
-            todo.extend((v, d + 1) for v in vars(obj).values() if is_config_object(v))
+        if id(obj) not in seen:
+            seen[id(obj)] = obj
+            if d < depth:
+                todo.extend((v, d + 1) for v in object_fields(obj).values() if is_config_object(v))
+    return list(seen.values())
 
 
 def _watch_object(obj: Any) -> None:
@@ -321,7 +348,7 @@ def _object_fields(out: dict, path: str, obj: Any, keep: list | None, seen: set,
     if id(obj) in seen:
         return
     seen.add(id(obj))
-    for field, value in vars(obj).items():
+    for field, value in object_fields(obj).items():
         out[f"{path}.{field}"] = _attr_key(value)
         if keep is not None:
             keep.append(value)
@@ -368,6 +395,72 @@ class StructureGuard:
             if k not in self.expected:
                 return _message(k, None, v)
         return "the module structure is unchanged"
+
+
+class ObjectsGuard:
+    """Config objects the program reads outside module trees (globals, closure variables, a bound method's
+    `self` attributes): their fields, compared when EPOCH moved (their class's setattr bumps it), as for modules."""
+
+    def __init__(self, objects: list[tuple[str, Any]]):
+        self.objects = objects  # (path, object)
+        self._watch()
+        self.path = ", ".join(p for p, _ in objects)
+        self.keep: list = [obj for _, obj in objects]
+        self.expected = self._fields(self.keep)
+        self.seen = [EPOCH[0]]
+        self.key = tuple(sorted(self.expected.items(), key=lambda kv: kv[0]))
+
+    def _watch(self) -> None:
+        with _lock:
+            for obj in config_tree(obj for _, obj in self.objects):
+                _watch_object(obj)
+
+    def _fields(self, keep: list | None) -> dict:
+        out: dict[str, Any] = {}
+        seen: set[int] = set()
+        for path, obj in self.objects:
+            _object_fields(out, path, obj, keep, seen)
+        return out
+
+    def __call__(self) -> bool:
+        if self._fields(None) != self.expected:
+            return False
+        self._watch()  # (nested objects replaced by equal ones)
+        self.seen[0] = EPOCH[0]
+        return True
+
+    def prologue_check(self, name: Callable) -> tuple[str, str]:
+        epoch, guard, seen = name(EPOCH, "epoch"), name(self, "objects"), name(self.seen, "seen")
+        return f"{epoch}[0] != {seen}[0] and not {guard}()", f"the fields of {self.path} are unchanged"
+
+    def explain(self) -> str:
+        actual = self._fields(None)
+        for k in list(self.expected) + [k for k in actual if k not in self.expected]:
+            if actual.get(k) != self.expected.get(k):
+                return _message(k, self.expected.get(k), actual.get(k))
+        return "the fields are unchanged"
+
+
+def contents_guards(obj: Any) -> list:
+    """List and dict fields of a config object (`config.layer_types`) are changed in place without a write that
+    bumps EPOCH: their contents are compared on every call, where they have value semantics."""
+    from specengine.prologue.external import ObjGuard
+
+    key = f"_cfg_{id(obj)}"
+    by_dict = type(getattr(obj, "__dict__", None)) is dict
+    out = []
+    for field, value in object_fields(obj).items():
+        contents = tuple(value.items()) if type(value) is dict else tuple(value) if type(value) is list else None
+        if contents is not None and has_value_semantics(contents):
+            read = f"{key}.__dict__.get({field!r})" if by_dict else f"getattr({key}, {field!r}, None)"
+            items = f"tuple(({read} or {{}}).items())" if type(value) is dict else f"tuple({read} or ())"
+            out.append(ObjGuard(items, f"the contents of {type(obj).__name__}.{field}", contents, {key: obj}))
+    return out
+
+
+def config_objects_of(values: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The config objects among `(path, value)` pairs (not modules: those are guarded with their trees)."""
+    return [(p, v) for p, v in values if is_config_object(v)]
 
 
 def _message(what: str, expected: Any, actual: Any) -> str:

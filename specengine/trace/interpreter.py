@@ -160,12 +160,26 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     if state.output_plan is not None:
         out = tuple(state.output_plan.leaves)
     specs.captured = captured_transitively(target, modules, ran)  # baked in: the prologue guards them
+    _guard_config_objects(specs, plain, shadows.outside)
     torch_settings.note_captured(state, specs.captured)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
     specs.layout_facts = list(state.layout_facts)
     specs.lifted = list(state.lifted)  # tensors closed over from outside: inputs the prologue passes as they are
     params += tuple(proxy for proxy, _, _ in state.lifted)
     return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state
+
+
+def _guard_config_objects(specs: InputSpecs, plain: list, constants: list) -> None:
+    """Config objects read as globals, closure variables or attributes of a bound `self`, or passed in as constants
+    (objects that are not plain, guarded by identity): their fields."""
+    from specengine.prologue.structure import ObjectsGuard, config_objects_of, config_tree, contents_guards
+
+    named = [(f"global {c[1]}" if c[0] == "global" else f"closure variable {c[1][1]}", c[2]) for c in specs.captured]
+    named += [(f"self.{k}", v) for d in plain for k, v in d.items()] + constants
+    found = config_objects_of(named)
+    if found:
+        specs.structure.append(ObjectsGuard(found))
+        specs.external += [g for obj in config_tree(v for _, v in found) for g in contents_guards(obj)]
 
 
 def _note_autocast_reads(state: TraceState) -> None:
