@@ -166,3 +166,29 @@ def test_moe_routing_compiles_once_over_routings_and_matches_eager():
         for args in calls:
             run_both(model, cfn, list(args))
     _once(cfn, calls)
+
+
+MIXED_MASKS = [
+    ("x[:, m]", lambda x, m: x[:, m] * 2, lambda n, m: (torch.randn(3, n), m)),
+    ("x[m, 1:]", lambda x, m: x[m, 1:], lambda n, m: (torch.randn(n, 3), m)),
+    ("x[m, 0]", lambda x, m: x[m, 0].sum(), lambda n, m: (torch.randn(n, 3), m)),
+    ("index_put", lambda x, m: x.index_put((m,), torch.tensor(1.0)), lambda n, m: (torch.randn(n), m)),
+]
+
+
+@pytest.mark.parametrize("fn", [c[1] for c in MIXED_MASKS], ids=[c[0] for c in MIXED_MASKS])
+def test_masks_mixed_with_other_indices_take_torchs_fake_rules(fn):
+    make = {id(c[1]): c[2] for c in MIXED_MASKS}[id(fn)]
+    # the largest size first: torch's index kernel asks guard_or_false(numel == 0), which an empty first call
+    # answers with a guard (a second entry for empty inputs)
+    calls = [(make(n, m)[0], m) for n in (7, 0, 1, 2) for m in dd.mask_sweep(n, seed=n)[:3]]
+    _once(_sweep(fn, calls), calls)
+
+
+def test_unique_inverse_and_counts_feed_indexing():
+    def f(x):
+        values, inverse, counts = torch.unique(x, return_inverse=True, return_counts=True)
+        return values[inverse] - x, values[counts.argmax()], x.bincount().argmax()
+
+    calls = [(x,) for n in (1, 2, 7) for x in _data(n)]
+    _once(_sweep(f, calls), calls)

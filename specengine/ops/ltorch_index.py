@@ -2,7 +2,8 @@
 
 The index tensors broadcast as elementwise ops do (`ops.utils.broadcast_shapes`: `b if a == 1 else a`, valid for
 every size), so a batch of 1 needs no entry of its own. Keys of integer tensors, full slices (`:`), None and `...`
-take this rule; any other key (ints or partial slices mixed with tensors) goes through torch's meta kernel.
+take this rule; any other key (ints or partial slices mixed with tensors, a boolean mask mixed with other indices)
+goes through torch's meta kernel, or its fake rule where the output size depends on a mask (ops/fake_rules.py).
 """
 
 from __future__ import annotations
@@ -13,12 +14,9 @@ import torch
 
 from specengine.ops import prims
 from specengine.ops.utils import broadcast_shapes
-from specengine.trace.proxies import TensorProxy, unsupported
+from specengine.trace.proxies import TensorProxy
 
 _INTEGER = (torch.int64, torch.int32, torch.int16, torch.int8)  # (uint8 and bool index as masks)
-
-
-_MASKS = (torch.bool, torch.uint8)
 
 
 def mask_key(key: Any) -> tuple | None:
@@ -88,10 +86,7 @@ def advanced_getitem(a: TensorProxy, key: Any) -> Any:
         from specengine.ops.ltorch_data_dependent import masked_index
 
         return masked_index(a, *mask)
-    if any(isinstance(k, TensorProxy) and k.dtype in _MASKS for k in (key if isinstance(key, tuple) else (key,))):
-        raise unsupported("boolean mask indexing mixed with other indices", "index with the mask alone (x[mask], "
-                          "x[mask, :]), or keep the shape with torch.where(mask, x, 0)")  # fmt: skip
-    simple = simple_key(a, key)
+    simple = simple_key(a, key)  # (a mask mixed with other indices takes the generic path: torch's fake rules)
     if simple is not None:
         return index_tensors(a, simple)
     from specengine.ops.generic import generic_call
