@@ -131,6 +131,11 @@ def _runtime_checks(entry: CacheEntry) -> list:
     return [b for b in entry.traces[-1].bsyms if b.sym.print_name == "prims.check_sym"] if entry.traces else []
 
 
+def _unbacked_binders(entry: CacheEntry) -> list:
+    """The bound symbols that read the entry's data-dependent symbols (`u0 = prims.unbacked_size(...)`)."""
+    return [b for b in entry.traces[-1].bsyms if "unbacked" in b.sym.tags] if entry.traces else []
+
+
 def explain(cfn: CompiledFunction) -> str:
     """Print (and return) each entry of `cfn`: its guards with provenance, its hits, its compile statistics."""
     c = _compiled(cfn)
@@ -141,6 +146,7 @@ def explain(cfn: CompiledFunction) -> str:
                      f"(trace {st['trace_s'] * 1e3:.1f}, solve {st['solve_s'] * 1e3:.1f}, "
                      f"codegen {st['codegen_s'] * 1e3:.1f}), {st['z3_calls']} z3 queries")  # fmt: skip
         lines += [f"  {g}    # {g.provenance}" for g in e.guards] or ["  (no guards)"]
+        lines += [f"  data-dependent: {b.output.name} = {b.args[-1]}" for b in _unbacked_binders(e)]
         lines += [f"  run-time check: {b.args[0]}    # {b.source}" for b in _runtime_checks(e)]
     for i, reason in enumerate(c._cache.reasons, 1):
         lines.append(f"recompile {i}:")

@@ -321,3 +321,30 @@ def test_item_values_are_not_sizes_until_checked():
     cfn = _data_sweep(g, [(torch.tensor(k), torch.randn(2)) for k in (1, 3)])
     with pytest.raises(DataDependentCheckError, match=r"u0 > 0.*u0 = 0"):
         cfn(torch.tensor(0), torch.randn(2))
+
+
+def test_two_reads_of_the_same_data_stay_two_symbols():
+    def f(t, x, m):
+        a, b = t.item(), t.item()  # never merged: later sizes name each
+        return torch.arange(a).sum() + b, x[m].sum() + x[m].shape[0]
+
+    _data_sweep(f, [(torch.tensor(k), torch.randn(3), torch.tensor([True, False, k > 1])) for k in (0, 1, 2)])
+
+
+def test_check_relating_unbacked_and_input_sizes():
+    def f(x, m):
+        y = x[m]
+        specengine.check(y.shape[0] == x.shape[0])  # every row selected: the broadcast below is proved
+        return y + x
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (1, 3):
+        x = torch.randn(n)
+        torch.testing.assert_close(cfn(x, torch.ones(n, dtype=torch.bool)), x + x)
+    assert counts(cfn) == (1, 1)
+    final = str(specengine.last_traces(cfn)[-1])
+    assert "if" not in final.split("def computation")[1].replace("# ", "")  # no `u0 if s0 == 1 else ...` size
+    with pytest.raises(DataDependentCheckError, match=r"u0 = 1"):
+        cfn(torch.randn(3), torch.tensor([True, False, False]))
+    text = specengine.explain(cfn)
+    assert "data-dependent: u0 = rows of x[mask] at test_unbacked.py:" in text
