@@ -36,6 +36,7 @@ class Decider:
         self.hints = dict(hints)  # a copy: unbacked symbols add their stand-in values (never the prologue's)
         self.ranges = ranges
         self.unbacked = Unbacked()  # data-dependent symbols: decided by `prove`, never recorded
+        self._proved: dict[tuple, bool] = {}  # (normalized query, oblivious symbols) -> what `prove` proved
         self.constraints: list[Constraint] = []
         self.float_constraints: list[Constraint] = []  # predicates on symbolic floats (kept as recorded)
         self.z3_calls = 0
@@ -132,14 +133,16 @@ class Decider:
         n = E.normalize(b.subs(self._subst) if self._subst else b)
         if n.op == "bconst":
             return n.value
-        known = decide_by_bounds(n, {**self.ranges, **self.unbacked.ranges(oblivious)})
+        key = (n, oblivious)
+        known = self._proved.get(key)  # facts only accumulate: what was proved stays proved
+        if known is None:
+            known = decide_by_bounds(n, {**self.ranges, **self.unbacked.ranges(oblivious)})
+        if known is None:
+            facts = self.unbacked.fact_exprs(oblivious)
+            known = next((v for v in (True, False) if self._z3_decide(n, v, facts) is not None), None)
         if known is not None:
-            return known
-        facts = self.unbacked.fact_exprs(oblivious)
-        for value in (True, False):
-            if self._z3_decide(n, value, facts) is not None:
-                return value
-        return None
+            self._proved[key] = known
+        return known
 
     def _z3_decide(self, n: E.Expr, value: bool, facts: tuple = ()) -> bool | None:
         z3 = z3_module()
