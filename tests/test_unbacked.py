@@ -33,7 +33,7 @@ def _data_sweep(fn, calls) -> specengine.CompiledFunction:
     """Compile once, run every call against eager: exactly one compile, every later call a hit."""
     cfn = specengine.compile(fn, dynamic=True)
     for args in calls:
-        torch.testing.assert_close(cfn(*args), fn(*args))
+        torch.testing.assert_close(cfn(*args), fn(*args), equal_nan=True)
     assert counts(cfn) == (1, len(calls) - 1)
     _no_unbacked_guards(cfn)
     return cfn
@@ -348,3 +348,40 @@ def test_check_relating_unbacked_and_input_sizes():
         cfn(torch.randn(3), torch.tensor([True, False, False]))
     text = specengine.explain(cfn)
     assert "data-dependent: u0 = rows of x[mask] at test_unbacked.py:" in text
+
+
+# Programs that need data-dependent sizes: one compile over sizes and data.
+
+
+def _detect(boxes, scores):
+    keep = scores > 0.5  # detection post-processing: threshold, sort, top 10
+    b, s = boxes[keep], scores[keep]
+    out = b[s.argsort(descending=True)[:10]]
+    return out, out.shape[0], (out[:, 2:] - out[:, :2]).prod(1).sum()
+
+
+def _ragged(x, mask):
+    lengths = mask.sum(1)  # a ragged batch: tokens per row from a mask
+    total = lengths.sum().item()
+    flat = x[mask]
+    specengine.check(flat.shape[0] == total)
+    return flat.mean(0) * total, torch.arange(total).float().sum()
+
+
+def _scatter_back(x, mask):
+    idx = mask.nonzero()  # gather the selected entries, scatter them back
+    vals = x[idx[:, 0], idx[:, 1]]
+    return vals.sum(), torch.zeros_like(x).index_put((idx[:, 0], idx[:, 1]), vals * 2)
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (_detect, lambda n: (torch.rand(n, 4), torch.rand(n))),
+        (_ragged, lambda n: (torch.randn(3, n, 2), torch.rand(3, n) > 0.5)),
+        (_scatter_back, lambda n: (torch.randn(3, n), torch.rand(3, n) > 0.5)),
+    ],
+)
+def test_programs_with_data_dependent_sizes(fn, make):
+    torch.manual_seed(0)
+    _data_sweep(fn, [make(n) for n in (0, 1, 2, 7, 30)])
