@@ -192,3 +192,23 @@ def test_unique_inverse_and_counts_feed_indexing():
 
     calls = [(x,) for n in (1, 2, 7) for x in _data(n)]
     _once(_sweep(f, calls), calls)
+
+
+def test_detection_post_processing_keeps_the_top_k_of_what_a_threshold_keeps():
+    def f(scores, boxes):
+        keep = scores > 0.5
+        kept, kept_boxes = scores[keep], boxes[keep]
+        top, idx = kept.topk(torch.sym_min(3, kept.shape[0]))  # symbolic: min(3, u0)
+        return kept_boxes[idx], top
+
+    calls = [(torch.rand(n, generator=torch.Generator().manual_seed(n)), torch.randn(n, 4)) for n in (9, 0, 1, 2, 5)]
+    _once(_sweep(f, calls), calls)
+
+
+def test_sym_min_and_max_of_int_inputs_are_symbolic():
+    def f(x, n):
+        return x[: torch.sym_max(torch.sym_min(n, 4), 1)] * 2
+
+    calls = [(torch.randn(6), n) for n in (3, 7, 0, 2)]
+    cfn = _sweep(f, calls)
+    _once(cfn, calls)

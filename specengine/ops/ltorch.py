@@ -9,7 +9,7 @@ from __future__ import annotations
 import builtins  # ltorch.any/all/max/min/sum shadow the builtins in this module
 import math
 import operator
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -124,6 +124,25 @@ def _add_or_sub(name: str, torch_fn: Any, a: Any, b: Any, alpha: Any) -> TensorP
 
 
 # kept: broadcasting without guards (torch's kernel decides each size 1 or not)
+def _sym_extremum(prim: Any, py: Callable, a: Any, b: Any) -> Any:
+    ints = [isinstance(x, NumberProxy) and x.python_type is int or type(x) is int for x in (a, b)]
+    if builtins.all(ints) and builtins.any(isinstance(x, NumberProxy) for x in (a, b)):
+        return prim(a, b)
+    return py(a, b)  # floats: Python's comparison (a decision on the values)
+
+
+# kept: min/max of symbolic ints stay symbolic (`torch.sym_min(k, x[mask].shape[0])`); the generic path pins them
+@torchop(torch.sym_min, name="sym_min")
+def sym_min(a: Any, b: Any) -> Any:
+    return _sym_extremum(prims.sym_min, builtins.min, a, b)
+
+
+# kept: as sym_min
+@torchop(torch.sym_max, name="sym_max")
+def sym_max(a: Any, b: Any) -> Any:
+    return _sym_extremum(prims.sym_max, builtins.max, a, b)
+
+
 @torchop(torch.add, torch.Tensor.add, name="add", methods=("add", "__add__", "__radd__"))
 def add(a: Any, b: Any, *, alpha: Any = 1) -> TensorProxy:
     return _add_or_sub("add", torch.add, a, b, alpha)
