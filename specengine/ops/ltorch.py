@@ -360,6 +360,7 @@ from specengine.ops.ltorch_inplace import *  # noqa: E402,F403 - in-place ops ar
 from specengine.ops.ltorch_joins import *  # noqa: E402,F403
 from specengine.ops.ltorch_linalg import *  # noqa: E402,F403
 from specengine.ops.ltorch_literals import *  # noqa: E402,F403
+from specengine.ops.ltorch_losses import *  # noqa: E402,F403
 from specengine.ops.ltorch_nn import *  # noqa: E402,F403
 from specengine.ops.ltorch_reductions import *  # noqa: E402,F403
 from specengine.ops.ltorch_views import *  # noqa: E402,F403 - shape ops are `ltorch.*` too
