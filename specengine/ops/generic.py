@@ -76,6 +76,8 @@ def _resolve(path: str) -> Any:
     from specengine.executors import torchex
 
     head, *parts = path.split(".")
+    if head == "torch" and len(parts) == 2 and parts[0] == "Tensor":
+        return unbound_methods.real_attribute(parts[1])  # (not a dispatcher that a trace swapped in)
     obj: Any = torchex if head == "tex" else torch
     for part in parts:
         obj = getattr(obj, part, None)
