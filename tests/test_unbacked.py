@@ -385,3 +385,19 @@ def _scatter_back(x, mask):
 def test_programs_with_data_dependent_sizes(fn, make):
     torch.manual_seed(0)
     _data_sweep(fn, [make(n) for n in (0, 1, 2, 7, 30)])
+
+
+def test_fusing_executor_runs_data_dependent_sizes():
+    from specengine.executors.nvfuser import NvFuserExecutor
+
+    def f(x, m, w):
+        y = x[m]  # the fusion reads u0 as a scalar; whether u0 broadcasts is never asked of it
+        return ((y * 2 + 1).relu() * w).sum(0), (y[:, 0] * x[:, 1][m]).sum(), torch.arange(m.sum().item())
+
+    cfn = specengine.compile(f, dynamic=True, executors=[NvFuserExecutor("reference"), "torch"])
+    for n in (3, 5, 8):
+        for m in _masks(n):
+            x, w = torch.randn(n, 3), torch.randn(3)
+            torch.testing.assert_close(cfn(x, m, w), f(x, m, w))
+    assert counts(cfn) == (1, 8)
+    assert "nvfuser.fusion" in str(specengine.last_traces(cfn)[-1])

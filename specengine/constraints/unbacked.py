@@ -14,6 +14,7 @@ Decisions on unbacked symbols never become constraints of the solver (so never p
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
 from specengine.provenance import Provenance
 
+NAME = re.compile(r"u\d+")  # unbacked symbols are named u0, u1, ... (NameGen.fresh("u"): never an input's name)
 SIZE_OBLIVIOUS_MIN = 2  # a size-like unbacked symbol counts as at least 2 where that decides (guard_size_oblivious)
 
 
@@ -92,6 +94,12 @@ class Unbacked:
                 s.size_like = s.size_like or (s.python_type is int and s.lo >= 0)  # `torch._check_is_size(n)`
             if hi is not None:
                 s.hi = hi if s.hi is None else min(s.hi, hi)
+
+
+def may_mention(e: Any) -> bool:
+    """Whether `e` may refer to an unbacked symbol, by name alone (for code without the trace's registry, e.g. an
+    executor's claim: a backed input that happens to be named `u3` only makes it more careful)."""
+    return any(NAME.fullmatch(s) for s in e.free_symbols())
 
 
 def hint_value(info: UnbackedSymbol) -> Any:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Mapping
 
 from specengine.constraints import expr as E
+from specengine.constraints import unbacked
 from specengine.constraints.floats import FloatExpr
 from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy
 from specengine.trace.symbol import BoundSymbol, tree_leaves, tree_map
@@ -30,12 +30,15 @@ def dce(trace: Trace) -> Trace:
     Ops that may raise at run time (`BoundSymbol.may_raise`, e.g. an unguarded broadcast) stay: eager raises there.
     """
     live = _names_used(trace.output)
+    bound = {o.name for b in trace.bsyms if "unbacked" in b.sym.tags for o in b.flat_outs()}  # u0, u1, ...
     kept: list[BoundSymbol] = []
     for bsym in reversed(trace.bsyms):
         outs = [o.name for o in bsym.flat_outs() if isinstance(o, Proxy)]
         if not bsym.sym.pure or bsym.may_raise or any(n in live for n in outs):
             kept.append(bsym)
             live |= _names_used((bsym.args, [v for _, v in bsym.kwargs]))
+            if bound and bsym.subsymbols:  # an executor that runs the decomposition reads its unbacked sizes
+                live |= bound & _free_symbols(bsym.subsymbols, None)
     return trace.with_("Dead Code Elimination", bsyms=tuple(reversed(kept)))
 
 
@@ -155,7 +158,7 @@ def specialize(trace: Trace, fold: Callable[[E.Expr], E.Expr], hints: Mapping[st
 def _input_symbols(names: set[str], hints: Mapping[str, int]) -> set[str]:
     """The symbols the prologue passes: all but the unbacked ones, which the computation binds itself."""
     inputs = {s for s in names if s in hints}
-    if any(not re.fullmatch(r"u\d+", s) for s in names - inputs):  # unbacked symbols are named u0, u1, ...
+    if any(not unbacked.NAME.fullmatch(s) for s in names - inputs):  # the computation binds u0, u1, ... itself
         raise AssertionError(f"internal error: symbols without a source: {sorted(names - inputs)}")
     return inputs
 

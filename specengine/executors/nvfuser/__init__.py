@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from specengine.constraints import unbacked
 from specengine.executors.nvfuser.claims import broadcast_requests, is_fusible, lowerable, tensor_inputs
 from specengine.executors.nvfuser.lowering import check_sizes, size_checks, size_env
 from specengine.executors.nvfuser.plan import build_plan
@@ -58,7 +59,10 @@ class NvFuserExecutor:
         if impl is None:
             sym = bsym.sym
             impl = self._impls[sym] = Symbol(sym.name, "nvfuser", impl=sym.impl, is_prim=True, tags=sym.tags)
-        return Claim(impl, needs_constant=broadcast_requests(bsym), needs_contiguous=tuple(tensor_inputs(bsym)))
+        requests = broadcast_requests(bsym)
+        if any(unbacked.may_mention(r) for r in requests):
+            return None  # whether a data-dependent size is 1 cannot be a compile-time constant: torch broadcasts it
+        return Claim(impl, needs_constant=requests, needs_contiguous=tuple(tensor_inputs(bsym)))
 
     def declines_decomposition(self, bsym: BoundSymbol) -> bool:
         """Ops that must raise eager's error at run time run as torch's op: `Tensor.view` where strides do not
