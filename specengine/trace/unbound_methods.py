@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dis
+import functools
 import os
 import re
 import threading
@@ -77,16 +78,24 @@ def _dispatcher(method: Any, name: str) -> Any:
     return call
 
 
-def names_through_class(code: Any) -> set[str]:
-    """The names that `code` (and the code nested in it) looks up as `<...>.Tensor.<name>` on a C method."""
-    names = set()
+@functools.lru_cache(maxsize=4096)
+def _scan(code: Any) -> tuple[frozenset, tuple]:
+    """(the names that `code` and the code nested in it look up as `<...>.Tensor.<name>` on a C method, the globals
+    they read); once per code object."""
+    names, glbs = set(), set()
     for c in effects._codes(code):
         previous = None
         for i in dis.get_instructions(c):
             if previous == "Tensor" and i.opname in ("LOAD_ATTR", "LOAD_METHOD") and _c_method(i.argval) is not None:
                 names.add(i.argval)
+            if i.opname == "LOAD_GLOBAL":
+                glbs.add(i.argval)
             previous = i.argval if i.opname in ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_DEREF", "LOAD_NAME") else None
-    return names
+    return frozenset(names), tuple(sorted(glbs))
+
+
+def names_through_class(code: Any) -> frozenset:
+    return _scan(code)[0]
 
 
 def real_attribute(name: str) -> Any:
@@ -135,21 +144,27 @@ def _swap_captured(target: Callable) -> list:
             cell.cell_contents = _dispatcher(value, name)
     glb, code = getattr(target, "__globals__", None), getattr(target, "__code__", None)
     if isinstance(glb, dict) and code is not None:
-        for g in sorted(
-            {i.argval for c in effects._codes(code) for i in dis.get_instructions(c) if i.opname == "LOAD_GLOBAL"}
-        ):
+        for g in _scan(code)[1]:
             if (name := _c_method_name(glb.get(g))) is not None:
                 swapped.append((glb, g, glb[g]))
                 glb[g] = _dispatcher(glb[g], name)
     return swapped
 
 
+@functools.cache
+def _warm_torch_tables() -> None:
+    """torch's cached tables of Tensor methods are built from the real ones, before any swap."""
+    torch.overrides.get_overridable_functions()
+
+
 @contextlib.contextmanager
 def swapped(target: Callable) -> Iterator[None]:
     """While `target` is traced, the C Tensor methods it reaches through the class are dispatchers (module doc)."""
-    torch.overrides.get_overridable_functions()  # (torch's cached tables of methods, built from the real ones)
     code = getattr(target, "__code__", None)
-    _swap_class(LEARNED | (names_through_class(code) if code is not None else set()))
+    names = LEARNED | (names_through_class(code) if code is not None else set())
+    if names:
+        _warm_torch_tables()
+    _swap_class(names)
     captured = _swap_captured(target)
     try:
         yield
