@@ -401,3 +401,16 @@ def test_fusing_executor_runs_data_dependent_sizes():
             torch.testing.assert_close(cfn(x, m, w), f(x, m, w))
     assert counts(cfn) == (1, 8)
     assert "nvfuser.fusion" in str(specengine.last_traces(cfn)[-1])
+
+
+def test_float_item_values_stay_symbolic_or_are_refused():
+    def f(x, t):
+        v = t.sum().item()
+        return x * v + v * 2, torch.full((2,), v), x.clamp(max=v)
+
+    _data_sweep(f, [(torch.randn(3), torch.tensor(k)) for k in ([1.5, 2.0], [-3.0, 0.25], [0.0, 0.0])])
+    import math
+
+    cfn = specengine.compile(lambda x, t: x * math.exp(t.item()), dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"a concrete value of data-dependent u0 \(item\(\) at test_unbac"):
+        cfn(torch.randn(2), torch.tensor(1.0))

@@ -97,7 +97,9 @@ def _fill_value(value: Any) -> Any:
     if isinstance(value, TensorProxy):
         raise unsupported("a tensor fill value", "reading tensor data is data-dependent; pass a Python number")
     if isinstance(value, NumberProxy):
-        return value.expr if value.python_type in (int, bool) else float(value)
+        if value.python_type in (int, bool) or context.require().decider.unbacked.mentions(value.expr):
+            return value.expr  # (a value of `.item()` has no value to pin: it stays symbolic)
+        return float(value)
     return value
 
 

@@ -169,9 +169,11 @@ class TraceState:
     def decide(self, b: E.Expr, op: str, reason: str) -> bool:
         """Decide a comparison on symbols, recording a constraint unless it is implied."""
         if isinstance(b, FloatExpr):
-            if self.decider.unbacked.mentions(b):
+            if self.decider.unbacked.mentions(b):  # a value of `.item()` of a float tensor: nothing is decided on it
                 from specengine.trace import unbacked
 
+                if b.op == "same":  # a pin (`float(v)`, `math.exp(v)`, a Python float argument)
+                    raise unbacked.pin_error(b.args[0], op, reason)
                 raise unbacked.branch_error(b, op)
             return self.decider.decide_float(b, user_frame(op, reason))
         if b.op == "bconst":
