@@ -102,16 +102,19 @@ def may_mention(e: Any) -> bool:
     return any(NAME.fullmatch(s) for s in e.free_symbols())
 
 
-def hint_value(info: UnbackedSymbol) -> Any:
+def hint_value(info: UnbackedSymbol, hints: Any = None) -> Any:
     """The stand-in value of an unbacked symbol while tracing: SIZE_OBLIVIOUS_MIN for a size (the value size-oblivious
-    reasoning assumes), clamped into its constant range; 0 (0.0) for a value of `.item()`. No decision reads it:
-    decisions are proved, taken size-obliviously, or assumed and asserted at run time (`Decider.prove`); it feeds only
-    torch's dtype rules and checks that the real op makes again at run time."""
+    reasoning assumes), clamped into its range (its upper bound taken at the example sizes, given `hints`); 0 (0.0)
+    for a value of `.item()`. No decision reads it: decisions are proved, taken size-obliviously, or assumed and
+    asserted at run time (`Decider.prove`); it feeds only torch's dtype rules and checks that the real op makes again
+    at run time."""
     if info.python_type is float:
         return 0.0
     v = SIZE_OBLIVIOUS_MIN if info.size_like else 0
     if info.hi is not None:
         v = min(v, info.hi)
+    if info.hi_expr is not None and hints is not None:  # within its bound at the example sizes (`u0 <= numel`)
+        v = min(v, info.hi_expr.eval(hints))
     if info.lo is not None:
         v = max(v, info.lo)
     return v

@@ -96,7 +96,7 @@ class ShapeEnvStandIn:
         info = state().decider.unbacked.symbols[_unview(expr).args[0]]
         info.what = info.what.replace("a data-dependent int of", "an output size of")
         info.size_like = True  # size-oblivious reasoning applies (its stand-in value becomes 2, within the range)
-        state().decider.hints[info.name] = hint_value(info)
+        state().decider.hints[info.name] = hint_value(info, state().decider.hints)
 
     def _constrain_range(self, expr: Any, min: int | None = None, max: int | None = None) -> None:
         e = _unview(expr)
@@ -107,7 +107,7 @@ class ShapeEnvStandIn:
             info.lo = min if info.lo is None else builtins_max(info.lo, min)
         if max is not None and max < sys.maxsize - 1:
             info.hi = max if info.hi is None else builtins_min(info.hi, max)
-        state().decider.hints[info.name] = hint_value(info)
+        state().decider.hints[info.name] = hint_value(info, state().decider.hints)
 
     def defer_runtime_assert(self, expr: Any, msg: str, fx_node: Any = None) -> bool:
         return decide(expr, "runtime assert")

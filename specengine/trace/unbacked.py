@@ -54,7 +54,7 @@ def new_symbol(what: str, python_type: type = int, lo: int | None = None, hi: in
     name = state.names.fresh("u")
     info = UnbackedSymbol(name, python_type, what, user_frame(op), lo, hi, hi_expr, size_like)
     state.decider.unbacked.add(info)
-    state.decider.hints[name] = hint_value(info)
+    state.decider.hints[name] = hint_value(info, state.decider.hints)
     return FloatExpr("sym", (name,)) if python_type is float else E.sym(name)
 
 
