@@ -57,6 +57,21 @@ def test_chain_of_broadcasts_then_reshape():
     assert guards(cfn) == ["a.shape[0] != 0"]  # reshape(n, -1) is ambiguous for n == 0; nothing else
 
 
+def test_deep_broadcast_guards_that_a_size_is_not_1():
+    """Past two nested ifs a broadcast is decided by one guard: the deeper size is not 1 (the other may be 1 or
+    equal: the op checks that at run time), so a size-1 operand later in the chain needs no recompile."""
+
+    def f(x, a, b, c):
+        return ((x + a) + b) + c
+
+    calls = [[(2, 4)] * 4, [(3, 5), (3, 5), (3, 5), (3, 1)], [(3, 5), (1, 5), (3, 1), (1, 1)], [(0, 2)] * 4]
+    cfn = sweep(f, calls + [[(1, 1), (1, 1), (1, 1), (2, 4)], [(2, 4), (2, 4), (2, 4), (3, 4)]])
+    assert counts(cfn) == (2, 4)  # the last call raises eager's error in the first entry's computation
+    first = [str(g) for g in specengine.cache_entries(cfn)[0].guards]
+    assert len(first) == 2 and all(g.endswith(" != 1") and "c.shape" not in g for g in first)
+    assert [str(g) for g in specengine.cache_entries(cfn)[1].guards] == ["c.shape[0] != 1", "c.shape[1] != 1"]
+
+
 class BroadcastExecutor:
     """Runs elementwise adds only when it knows at compile time which dims broadcast."""
 

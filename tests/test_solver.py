@@ -12,6 +12,7 @@ import specengine
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
 from specengine.constraints.decide import Decider
+from specengine.constraints.examples import Examples
 from specengine.constraints.solver import Solver
 from specengine.errors import SolverWarning
 from specengine.provenance import Provenance
@@ -79,8 +80,8 @@ def test_z3_failure_specializes_every_symbol(monkeypatch):
         raise z3.Z3Exception("injected")
 
     monkeypatch.setattr(z3.Solver, "check", boom)
-    with pytest.warns(SolverWarning, match="specializing every symbol"):
-        sol = solve(E.gt(s0, 2), hints={"s0": 5, "s1": 1, "s2": 2})
+    with pytest.warns(SolverWarning, match="specializing every symbol"):  # s0 > 1: no example answers it
+        sol = solve(E.gt(s0, 2), E.gt(s0, 1), hints={"s0": 5, "s1": 1, "s2": 2})
     assert dict(sol.pinned) == {"s0": 5, "s1": 1, "s2": 2}
 
 
@@ -97,6 +98,21 @@ def test_engine_stays_correct_when_z3_gives_up(monkeypatch):
             a, b = torch.randn(n, 2), torch.randn(2, 5)
             torch.testing.assert_close(cfn(a, b), f(a, b))
     assert specengine.cache_misses(cfn) == 2
+
+
+def test_examples_answer_what_they_can_without_z3():
+    hints = {"s0": 5, "s1": 10, "s2": 0}
+    ex = Examples([E.eq(E.mul(s0, 2), s1), E.gt(s0, 3)], hints, DIMS)
+    assert ex.refutes(1, {0, 1})  # s0 = 0, and s1 (only the equality mentions it) follows: s1 = 0
+    assert ex.refutes(0, {0, 1})  # s0 = 6 breaks the equality alone
+    assert ex.unpinned(["s0", "s1"], {0, 1}) == {"s0", "s1"}
+    assert not Examples([E.gt(s0, 2), E.gt(s0, 1)], hints, DIMS).refutes(1, {0, 1})  # implied: z3 decides
+    assert Examples([E.eq(E.floordiv(s1, s0), 2)], hints, DIMS).usable  # true at the hints
+    assert not Examples([E.eq(s0, 4)], hints, DIMS).usable  # false at the hints: never used
+    sol = solve(E.gt(s0, 2), E.ne(s2, 1), E.eq(E.mul(s0, 2), s1), hints=hints)
+    assert texts(sol) == ["2*s0 == s1", "s0 > 2", "s2 != 1"] and sol.z3_calls == 0  # each one refuted by example
+    sol = solve(E.gt(s0, 2), E.gt(s0, 1), E.ne(s1, 1), E.eq(E.mul(s0, 2), s1), hints=hints)
+    assert texts(sol) == ["2*s0 == s1", "s0 > 2"] and sol.z3_calls == 3  # s0 > 2 (s0 = 2 is not tried), the implied two
 
 
 def test_decider_uses_ranges_then_z3_and_records_only_undecided():

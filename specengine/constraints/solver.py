@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
 from specengine.constraints.decide import Ranges, linear_equality, range_facts, symbol_difference
+from specengine.constraints.examples import Examples
 from specengine.constraints.floats import FloatExpr
 from specengine.constraints.folding import fold_conditions, fold_pinned, simplify
 from specengine.constraints.intervals import decide_by_bounds
@@ -252,6 +253,9 @@ class Solver:
         """
         z3, env = z3_module(), {}
         candidates = sort_symbols({s for c in constraints for s in c.expr.free_symbols()} - set(pinned))
+        examples = Examples([c.expr for c in constraints], self.hints, self.ranges)
+        changed = examples.unpinned(candidates, set(range(len(constraints))))
+        candidates = [s for s in candidates if s not in changed]  # an example changes them: not pinned
         if not candidates:
             return {}
         solver = self._z3(self._range_facts(candidates, env) + [to_z3(c.expr, env) for c in constraints])
@@ -303,7 +307,10 @@ class Solver:
         flags = {i: z3.Bool(f"__keep{i}") for i in kept}
         symbols = set().union(*(constraints[i].expr.free_symbols() for i in kept))
         solver = self._z3(self._range_facts(symbols, env) + [z3.Implies(flags[i], terms[i]) for i in kept])
+        examples = Examples([c.expr for c in constraints], self.hints, self.ranges)
         for i in [i for i in kept if candidates is None or i in candidates]:
+            if examples.refutes(i, set(kept)):
+                continue  # not implied: an example satisfies the others and falsifies it
             others = tuple(flags[j] for j in kept if j != i)
             if self._check(solver, [z3.Not(terms[i])], f"minimizing {constraints[i]}", others) == z3.unsat:
                 kept.remove(i)

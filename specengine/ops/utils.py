@@ -108,10 +108,22 @@ def broadcast_pair(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
 
 
 def _decided_broadcast(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
-    """The broadcast decided with guards (a stronger, smaller guard set), for sizes that already hold an `if`."""
-    if decide(E.eq(x, y), "broadcast", f"dims {index} match"):
-        return x
-    return y if decide(E.eq(x, 1), "broadcast", f"dim {index} of the left operand is 1") else x
+    """The broadcast decided with one guard (a stronger, smaller guard set), for sizes that already hold an `if`.
+
+    The guard is that an operand other than 1 at the example (the deeper one first) is not 1: it is then the result
+    wherever the pair is valid (the other may still be 1; the op raises at run time where it is neither), and later
+    broadcasts of that size are decided by the same fact, without a guard each. Both 1: the deeper one is 1.
+    """
+    hints = context.require().decider.hints
+    ordered = [(x, "left"), (y, "right")]
+    ordered.sort(key=lambda p: -if_depth(p[0]))
+    for size, side in ordered:
+        if size.eval(hints) != 1:
+            decide(E.ne(size, 1), "broadcast", f"dim {index} of the {side} operand is not 1")
+            return size
+    (deep, side), (other, _) = ordered
+    decide(E.eq(deep, 1), "broadcast", f"dim {index} of the {side} operand is 1")
+    return other
 
 
 def broadcast_shapes(*shapes: tuple) -> tuple:
