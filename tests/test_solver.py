@@ -14,6 +14,7 @@ from specengine.constraints.constraint import Constraint
 from specengine.constraints.decide import Decider
 from specengine.constraints.examples import Examples
 from specengine.constraints.solver import Solver
+from specengine.constraints.z3expr import new_solver
 from specengine.errors import SolverWarning
 from specengine.provenance import Provenance
 
@@ -197,6 +198,22 @@ def test_a_1ms_solver_timeout_warns_keeps_stronger_guards_and_stays_correct(monk
         for entry in specengine.cache_entries(hurried):
             if entry.prologue.fn(*args) is not None:
                 assert any(e.prologue.fn(*args) is not None for e in specengine.cache_entries(normal)), shapes
+
+
+def test_the_work_limit_is_deterministic_and_falls_back_to_stronger_guards(monkeypatch):
+    """z3's resource limit, not the clock, ends a hard query: the same guards however loaded the machine is."""
+    monkeypatch.setattr(specengine.config, "solver_rlimit", 1)
+    runs = []
+    for _ in range(2):
+        cfn = specengine.compile(_reshapes, dynamic=True)
+        with pytest.warns(SolverWarning, match="z3 gave up"):
+            _sweep(cfn)
+        runs.append([sorted(str(g) for g in e.guards) for e in specengine.cache_entries(cfn)])
+    assert runs[0] == runs[1]
+    solver = new_solver(30_000)
+    x = z3.Int("x")
+    solver.add(x * x * x == 27 + x * x)
+    assert solver.check() == z3.unknown and "resource" in solver.reason_unknown()
 
 
 def test_z3_raising_specializes_fully_and_stays_correct(monkeypatch):

@@ -15,7 +15,7 @@ from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
 from specengine.constraints.intervals import decide_by_bounds
 from specengine.constraints.unbacked import Unbacked
-from specengine.constraints.z3expr import to_z3, z3_module
+from specengine.constraints.z3expr import new_solver, to_z3, z3_module
 from specengine.errors import SpecEngineError
 from specengine.provenance import Provenance
 
@@ -32,7 +32,7 @@ class Decider:
     to hold with its hint value; one z3 query settles it.
     """
 
-    def __init__(self, hints: dict[str, int], ranges: Ranges, timeout_ms: int = 2000):
+    def __init__(self, hints: dict[str, int], ranges: Ranges, timeout_ms: int = 30_000):
         self.hints = dict(hints)  # a copy: unbacked symbols add their stand-in values (never the prologue's)
         self.ranges = ranges
         self.unbacked = Unbacked()  # data-dependent symbols: decided by `prove`, never recorded
@@ -171,8 +171,7 @@ class Decider:
 
     def _ensure_solver(self) -> z3.Solver:
         if self._solver is None:
-            self._solver = z3_module().Solver()
-            self._solver.set("timeout", self._timeout_ms)
+            self._solver = new_solver(self._timeout_ms)
             for fact in range_facts(self.ranges, self._z3_env):
                 self._solver.add(fact)
             for c in self.constraints:

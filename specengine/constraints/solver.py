@@ -21,7 +21,7 @@ from specengine.constraints.examples import Examples
 from specengine.constraints.floats import FloatExpr
 from specengine.constraints.folding import fold_conditions, fold_pinned, simplify
 from specengine.constraints.intervals import decide_by_bounds
-from specengine.constraints.z3expr import to_z3, z3_module
+from specengine.constraints.z3expr import new_solver, to_z3, z3_module
 from specengine.errors import SolverWarning
 from specengine.provenance import Provenance
 
@@ -114,7 +114,7 @@ class Solver:
     """Solves one trace's constraints. Usage: `Solver(constraints, ranges, hints).solve()`."""
 
     def __init__(self, constraints: Iterable[Constraint], ranges: Ranges, hints: Mapping[str, int],
-                 timeout_ms: int = 2000):  # fmt: skip
+                 timeout_ms: int = 30_000):  # fmt: skip
         self.constraints = list(constraints)
         self.ranges = dict(ranges)
         self.hints = dict(hints)
@@ -209,8 +209,7 @@ class Solver:
         return out
 
     def _z3(self, facts: list) -> z3.Solver:
-        s = z3_module().Solver()
-        s.set("timeout", self.timeout_ms)
+        s = new_solver(self.timeout_ms)
         s.add(*facts)
         return s
 
@@ -375,11 +374,10 @@ def _expression_pins(constraints: list[Constraint]) -> dict[E.Expr, int]:
     return pins
 
 
-def implies(facts: Iterable[E.Expr], goal: E.Expr, ranges: Ranges, timeout_ms: int = 2000) -> bool:
+def implies(facts: Iterable[E.Expr], goal: E.Expr, ranges: Ranges, timeout_ms: int = 30_000) -> bool:
     """Whether z3 proves `goal` from `facts` and the symbol ranges (False when unknown or on failure)."""
     z3, env = z3_module(), {}
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
+    solver = new_solver(timeout_ms)
     try:
         solver.add(*range_facts(ranges, env), *(_z3_any(f, env) for f in facts))
         solver.add(z3.Not(_z3_any(goal, env)))
@@ -411,7 +409,7 @@ def with_float_guards(solution: Solution, constraints: list[Constraint]) -> Solu
                    key=solution.key | frozenset(c.expr for c in folded))  # fmt: skip
 
 
-def subsumes(new: Solution, old: Solution, timeout_ms: int = 2000) -> bool:
+def subsumes(new: Solution, old: Solution, timeout_ms: int = 30_000) -> bool:
     """Whether every input that `old`'s guards accept is accepted by `new`'s (z3 proves old => new).
 
     Both solutions must be over the same input symbols (entries with the same static input facts).

@@ -16,6 +16,19 @@ def z3_module() -> Any:
     return z3
 
 
+def new_solver(timeout_ms: int) -> Any:
+    """A z3 solver whose every query stops at `config.solver_rlimit` units of z3's own work (deterministic: the
+    same query gets the same answer however loaded the machine is) or at `timeout_ms` of wall-clock time (a
+    backstop), whichever comes first; either way the query answers `unknown`."""
+    from specengine.config import config
+
+    solver = z3_module().Solver()
+    solver.set("timeout", timeout_ms)
+    if config.solver_rlimit:
+        solver.set("rlimit", config.solver_rlimit)
+    return solver
+
+
 class _Translator:
     """One translation: z3 terms memoized per node, symbols from (and added to) `env`."""
 
