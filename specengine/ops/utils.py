@@ -85,6 +85,8 @@ def broadcast_pair(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
         return x
     if x.is_const and x.value == 1:
         return y
+    if y in _operands(x) or x in _operands(y):  # broadcasting with a size already broadcast in changes nothing
+        return x if y in _operands(x) else y
     state = context.require()
     hx, hy = x.eval(state.decider.hints), y.eval(state.decider.hints)
     unbacked = state.decider.unbacked.mentions(x) or state.decider.unbacked.mentions(y)  # no example value
@@ -115,8 +117,7 @@ def _decided_broadcast(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
     broadcasts of that size are decided by the same fact, without a guard each. Both 1: the deeper one is 1.
     """
     hints = context.require().decider.hints
-    ordered = [(x, "left"), (y, "right")]
-    ordered.sort(key=lambda p: -if_depth(p[0]))
+    ordered = sorted([(x, "left"), (y, "right")], key=lambda p: -if_depth(p[0]))
     for size, side in ordered:
         if size.eval(hints) != 1:
             decide(E.ne(size, 1), "broadcast", f"dim {index} of the {side} operand is not 1")
@@ -124,6 +125,16 @@ def _decided_broadcast(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
     (deep, side), (other, _) = ordered
     decide(E.eq(deep, 1), "broadcast", f"dim {index} of the {side} operand is 1")
     return other
+
+
+def _operands(size: E.Expr) -> set[E.Expr]:
+    """The sizes that a broadcast size `b if a == 1 else a` (nested) was built from."""
+    if size.op != "if":
+        return {size}
+    cond, then, other = size.args
+    if cond.op == "rel" and cond.args[0] == "==" and cond.args[2] is E.const(1) and cond.args[1] is other:
+        return _operands(other) | _operands(then)
+    return {size}
 
 
 def broadcast_shapes(*shapes: tuple) -> tuple:
