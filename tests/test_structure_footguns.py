@@ -67,6 +67,19 @@ def test_direct_writes_undone_serve_the_first_entry_again():
     assert counts(cfn) == (2, 1)
 
 
+def test_a_replaced_parameter_table_is_read_anew():
+    model = _Scaled()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n, 3))
+    weight = nn.Parameter(torch.ones(3, 3))
+    model.lin._parameters = {"weight": weight, "bias": model.lin.bias}  # a new table (the prologue held the old)
+    _same(cfn, model, torch.randn(2, 3))
+    model.lin._parameters["weight"] = nn.Parameter(torch.full((3, 3), 2.0))  # in the new table: read per call
+    _same(cfn, model, torch.randn(1, 3))
+    assert counts(cfn) == (2, 3)
+
+
 def test_watched_modules_copy_and_pickle_as_plain_modules():
     model = _Scaled()
     cfn = specengine.compile(model, dynamic=True)

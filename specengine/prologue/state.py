@@ -61,13 +61,6 @@ def module_path(qualname: str, kind: str, root: str = "self") -> str:
     return path
 
 
-def module_access(qualname: str, kind: str, root: str = "self") -> str:
-    """Code reaching a submodule, parameter or buffer from `root` through the module dicts (no __getattr__)."""
-    parts = qualname.split(".") if qualname else []
-    kinds = ["_modules"] * (len(parts) - 1) + [kind] if parts else []
-    return root + "".join(f".{k}[{p!r}]" for k, p in zip(kinds, parts))
-
-
 class StateBuilder:
     """Collects state tensors (as specs built by the input builder), their slots, the roots and module roots."""
 
@@ -103,15 +96,16 @@ class StateBuilder:
         subs = list(module.named_modules(remove_duplicate=False))
         for kind in ("_parameters", "_buffers"):
             for qual, sub in subs:
-                for name, t in getattr(sub, kind).items():
+                table = getattr(sub, kind)
+                for name, t in table.items():
                     if t is not None:
                         q = f"{qual}.{name}" if qual else name
-                        self.tensor(module_path(q, kind, path_root), module_access(q, kind, glb),
-                                    Slot(getattr(sub, kind), name), t)  # fmt: skip
+                        read = f"{self.table(table)}[{name!r}]"
+                        self.tensor(module_path(q, kind, path_root), read, Slot(table, name), t)
         for qual, sub in subs:
             for attr, value in vars(sub).items():
                 path = f"{module_path(qual, '_modules', path_root)}.{attr}"
-                read = f"{module_access(qual, '_modules', glb)}.__dict__.get({attr!r})"
+                read = f"{self.table(sub.__dict__)}.get({attr!r})"
                 if attr in INTERNAL:
                     continue
                 if isinstance(value, torch.Tensor):
@@ -123,6 +117,12 @@ class StateBuilder:
         self.specs.structure.append(ClassGuard([type(s) for _, s in subs] + user_classes(configs), path_root))
         self.specs.external += [g for obj in configs for g in contents_guards(obj)]
         self._promoted_ints(subs, path_root, glb)
+
+    def table(self, d: dict) -> str:
+        """A prologue global holding a module's `__dict__`, `_parameters` or `_buffers` itself: state is read with
+        one subscript per call instead of a walk from the root. The structure fingerprint has the tables' ids, and
+        replacing one bumps EPOCH, so the prologue reads the module's current tables."""
+        return self.root(f"_table_{id(d)}", d)
 
     def _contents_guard(self, path: str, read: str, value: list | dict) -> None:
         """A list or dict attribute of values with value semantics: its contents, compared on every call."""
@@ -140,7 +140,7 @@ class StateBuilder:
                     self.builder.static = False
                     spec = self.builder.build_dynamic_int(path, value)
                     self.builder.static = True
-                    self.specs.access[spec.local] = f"{module_access(qual, '_modules', glb)}.__dict__.get({attr!r})"
+                    self.specs.access[spec.local] = f"{self.table(sub.__dict__)}.get({attr!r})"
                     self.specs.slots.setdefault(spec.local, []).append(Slot(sub.__dict__, attr))
                     self.out.append(spec)
             self.promoted_seen.add(id(sub))

@@ -112,14 +112,17 @@ for _name in ("pop", "popitem", "clear", "update", "setdefault"):
 
 
 def _swap_dicts(m: torch.nn.Module) -> None:
-    """Replace `m`'s plain `__dict__`, `_modules`, `_parameters` and `_buffers` by WatchedDicts (same contents)."""
+    """Replace `m`'s plain `__dict__`, `_modules`, `_parameters` and `_buffers` by WatchedDicts (same contents);
+    a swap bumps EPOCH (prologues hold the tables they read: the fingerprint has their ids)."""
     state = m.__dict__
     for name in _MODULE_DICTS:
         d = state.get(name)
         if type(d) is dict:
             dict.__setitem__(state, name, WatchedDict(d))
+            EPOCH[0] += 1
     if type(state) is dict:
         object.__setattr__(m, "__dict__", WatchedDict(state))
+        EPOCH[0] += 1
 
 
 def watch(root: torch.nn.Module) -> None:
@@ -326,6 +329,7 @@ def fingerprint(root: torch.nn.Module, path: str, skip: frozenset = frozenset(),
     for qual, m in root.named_modules(remove_duplicate=False):
         p = module_path(qual, "_modules", path)
         out[f"{p}: class"] = ("id", id(type(m)), type(m).__name__)
+        out[f"{p}: tables"] = (id(m.__dict__), id(m._parameters), id(m._buffers))  # the prologue reads them
         out[f"{p}: submodules"] = tuple((k, id(v)) for k, v in m._modules.items())
         out[f"{p}: parameters"] = tuple((k, v is None) for k, v in m._parameters.items())
         out[f"{p}: buffers"] = tuple((k, v is None) for k, v in m._buffers.items())
