@@ -8,6 +8,7 @@ with eager (sizes 0, 1 and 2 among them) and the exact numbers of compiles and h
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import pytest
 import torch
@@ -179,6 +180,20 @@ def test_a_with_block_whose_exit_cannot_swallow_stays_unguarded(cm):
     for n, m in ((2, 2), (1, 2), (0, 1), (2, 3), (0, 0)):  # (2, 3) raises eagerly, and from the computation
         run_both(f, cfn, [torch.randn(n), torch.randn(m)])
     assert guards(cfn) == [] and counts(cfn) == (1, 4)
+
+
+_LOCK = threading.Lock()
+
+
+def test_a_lock_named_by_the_with_cannot_swallow():
+    def f(x, y):
+        with _LOCK:
+            return x + y
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n, m in ((2, 2), (1, 2), (2, 3), (0, 0)):
+        run_both(f, cfn, [torch.randn(n), torch.randn(m)])
+    assert guards(cfn) == [] and counts(cfn) == (1, 3)
 
 
 def test_an_unsupported_op_inside_a_swallowing_with_is_refused():

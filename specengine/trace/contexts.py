@@ -3,8 +3,9 @@
 `exceptions.py` asks this for each `with` between a may-raise op and the traced function: a `with` whose exit may
 swallow the error observes the op's check (so it becomes a guard, both ways), one whose exit cannot re-raises it.
 
-- not seen entered (an `__enter__` written in C that `coverage` cannot see), or no `__exit__` found: may swallow,
-  except for files and locks;
+- not seen entered (an `__enter__` written in C that `coverage` cannot see): may swallow, unless the `with`
+  names a lock or a file by a variable or plain attributes (`with self.lock:`, read again by `exceptions.py`);
+- no `__exit__` found: may swallow;
 - `contextlib.suppress`, `contextlib.ExitStack`: may;
 - a `@contextmanager` generator: may where the generator, at the `yield` it stands at, would catch the error (its
   own `try`s and `with`s, decided the same way);

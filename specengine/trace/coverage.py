@@ -77,7 +77,7 @@ class Coverage:
 
     def __init__(self) -> None:
         self.codes: dict[types.CodeType, dict] = {}  # user code -> the globals it ran with
-        self.entered: dict[tuple[int, int], tuple] = {}  # (id(frame), offset of the with) -> (frame, context manager)
+        self.entered: dict[tuple, Any] = {}  # (id(frame), its code, offset of the with) -> the context manager
         self.kinds: dict[types.CodeType, int] = {}
         self.frees: dict[types.CodeType, set] = {}  # user code with free variables -> ids of their values as run
         self.typed: list[dict] = []  # globals given a `type` of their own
@@ -88,7 +88,7 @@ class Coverage:
         code = frame.f_code
         kind = self.kinds.get(code)
         if kind is None:
-            kind = self.kinds[code] = _kind(code, frame.f_globals)
+            kind = self._kind_of(frame)
         if kind:
             self._note(frame, code, kind)
         prev = self.prev
@@ -104,8 +104,8 @@ class Coverage:
         if kind & _TYPE:
             self._give_type(frame.f_globals)
         back = frame.f_back
-        if kind & _ENTER and back is not None:
-            self.entered[(id(back), back.f_lasti)] = (back, frame.f_locals.get(code.co_varnames[0]))
+        if kind & _ENTER and back is not None and self._kind_of(back) & _USER:  # a user's `with`
+            self.entered[(id(back), back.f_code, back.f_lasti)] = frame.f_locals.get(code.co_varnames[0])
 
     def _give_type(self, glb: dict) -> None:
         from specengine.trace.pytypes import give_type
@@ -113,10 +113,18 @@ class Coverage:
         if all(g is not glb for g in self.typed) and give_type(glb):
             self.typed.append(glb)
 
+    def _kind_of(self, frame: types.FrameType) -> int:
+        kind = self.kinds.get(frame.f_code)
+        if kind is None:
+            kind = self.kinds[frame.f_code] = _kind(frame.f_code, frame.f_globals)
+        return kind
+
     def context_manager(self, frame: types.FrameType, offset: int) -> Any:
-        """The context manager that the `with` at `offset` of `frame` entered (None if not seen: a C `__enter__`)."""
-        seen = self.entered.get((id(frame), offset))
-        return seen[1] if seen is not None and seen[0] is frame else None
+        """The context manager that the `with` at `offset` of `frame` entered (None if not seen: a C `__enter__`).
+
+        Frames are not kept (a frame kept alive keeps its locals alive, such as torch's dispatch-key guards, whose
+        late release would restore a stale dispatch state): a record is keyed by the frame's id and code."""
+        return self.entered.get((id(frame), frame.f_code, offset))
 
     def pause(self) -> bool:
         if self.prev is None and sys.gettrace() is self.fn:

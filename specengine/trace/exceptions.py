@@ -75,7 +75,26 @@ def _with_swallows(frame: Any, code: types.CodeType, target: int) -> bool:
     before = [i for i in _table(code)[1] if starts and i.offset < min(starts)]
     if cov is None or not before or before[-1].opname != "BEFORE_WITH":
         return True  # not seen: as a handler
-    return may_swallow(cov.context_manager(frame, before[-1].offset))
+    cm = cov.context_manager(frame, before[-1].offset)
+    return may_swallow(cm if cm is not None else _loaded(frame, before[:-1]))
+
+
+def _loaded(frame: Any, before: list) -> Any:
+    """The object a `with` entered when its `__enter__` is written in C (a lock, a file): read again from the
+    frame where the `with` names a variable or a chain of plain attributes (`with self.lock:`), else None."""
+    chain: list[str] = []
+    for ins in reversed(before[-8:]):
+        if ins.opname == "LOAD_ATTR":
+            chain.append(ins.argval)
+            continue
+        if ins.opname in ("LOAD_FAST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME"):
+            scope = frame.f_locals if ins.opname in ("LOAD_FAST", "LOAD_DEREF") else frame.f_globals
+            obj = scope.get(ins.argval)
+            for name in reversed(chain):
+                obj = getattr(obj, "__dict__", {}).get(name)  # plain attributes only: no property runs
+            return obj
+        return None
+    return None
 
 
 def _observes(frame: Any, code: types.CodeType, offset: int) -> bool:
