@@ -107,7 +107,7 @@ def test_float_item_is_symbolic():
 def test_tolist_of_a_1d_int_tensor():
     def f(t, x):
         a, b = t.tolist()
-        return x[:, a:b].sum(), a * b
+        return x[:, a:b].sum(), a * b, t[0].tolist() + 1
 
     _data_sweep(f, [(torch.tensor([i, j]), torch.randn(2, 5)) for i, j in ((0, 3), (1, 1), (2, 5))])
 

@@ -92,8 +92,11 @@ def item(t: TensorProxy) -> NumberProxy:
 
 
 def tolist(t: TensorProxy) -> Any:
-    """`t.tolist()` of a 1-D integer or floating tensor: a list of unbacked values (its length is pinned)."""
+    """`t.tolist()` of a 1-D integer or floating tensor: a list of unbacked values (its length is pinned); of a 0-d
+    tensor, its value."""
     _checked_scalar(t, "tolist")
+    if t.ndim == 0:
+        return item(t)  # as eager: the number itself
     if t.ndim != 1:
         raise unsupported("Tensor.tolist", "only 1-D tensors become lists of data-dependent values")
     n = context.require().pin(t.dims[0], "tolist", "the list's length")
