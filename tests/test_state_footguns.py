@@ -86,6 +86,41 @@ def test_a_closure_variable_of_a_callback_argument_is_guarded():
     assert counts(cfn) == (2, 2)
 
 
+def _make_scaler(k):
+    def scale(x):
+        return x * k
+
+    return scale
+
+
+def _make_counter():
+    n = 1
+
+    def get(x):
+        return x * n
+
+    def bump():
+        nonlocal n
+        n += 1
+
+    return get, bump
+
+
+def test_closures_made_by_a_finished_factory():
+    two, three = _make_scaler(2), _make_scaler(3)  # cells that can no longer change: no guard, the functions are
+    cfn = specengine.compile(_calls_back, dynamic=True)
+    for fn, n in ((two, 0), (three, 1), (two, 2), (three, 2)):
+        run_both(_calls_back, cfn, [torch.randn(n), fn])
+    assert counts(cfn) == (2, 2)
+    get, bump = _make_counter()  # a cell that a nonlocal writer changes: guarded
+    cfn = specengine.compile(_calls_back, dynamic=True)
+    for n, bumps in ((0, 0), (1, 1), (2, 0), (2, 1)):
+        for _ in range(bumps):
+            bump()
+        run_both(_calls_back, cfn, [torch.randn(n), get])
+    assert counts(cfn) == (3, 1)
+
+
 class _Holder(nn.Module):
     def __init__(self):
         super().__init__()

@@ -81,6 +81,7 @@ class Coverage:
         self.kinds: dict[types.CodeType, int] = {}
         self.frees: dict[types.CodeType, set] = {}  # user code with free variables -> ids of their values as run
         self.typed: list[dict] = []  # globals given a `type` of their own
+        self._typed_ids: set[int] = set()
         self.prev: Any = None
         self.fn = self._trace  # the trace function, as set (sys.gettrace() gives this very object)
 
@@ -110,8 +111,9 @@ class Coverage:
     def _give_type(self, glb: dict) -> None:
         from specengine.trace.pytypes import give_type
 
-        if all(g is not glb for g in self.typed) and give_type(glb):
+        if id(glb) not in self._typed_ids and give_type(glb):
             self.typed.append(glb)
+        self._typed_ids.add(id(glb))  # (held in `typed`, or a module with a `type` of its own: asked once)
 
     def _kind_of(self, frame: types.FrameType) -> int:
         kind = self.kinds.get(frame.f_code)
