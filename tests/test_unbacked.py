@@ -414,3 +414,26 @@ def test_float_item_values_stay_symbolic_or_are_refused():
     cfn = specengine.compile(lambda x, t: x * math.exp(t.item()), dynamic=True)
     with pytest.raises(UnsupportedOpError, match=r"a concrete value of data-dependent u0 \(item\(\) at test_unbac"):
         cfn(torch.randn(2), torch.tensor(1.0))
+
+
+def test_builtin_max_min_of_unbacked_and_backed_ints_stay_symbolic():
+    def f(t, x):
+        n = t.item()
+        k = max(n, 1)  # Python's builtins: symbolic (sym_max / sym_min), never a branch on n
+        return x[: min(k, x.shape[0])] * min(n, 3, x.shape[0]), max([n, 0]), min(x.shape), max(2.5, 1.0)
+
+    calls = [(torch.tensor(v), torch.randn(s, 2)) for v in (0, 1, 2, 5) for s in (0, 1, 2, 4)]
+    cfn = _data_sweep(f, calls)
+    assert specengine.last_guards(cfn) == []  # min(x.shape) and min(k, x.shape[0]) need no guard either
+    assert max([3, 1], key=lambda v: -v) == 1 and min([], default=7) == 7  # outside a trace: the builtins
+
+
+def test_builtin_max_with_key_keeps_python_semantics():
+    def f(x, n):
+        return x * max([n, 2], key=lambda v: -v)  # key=: Python compares (a guard on n), as eager
+
+    cfn = specengine.compile(f, dynamic=True)
+    x = torch.randn(2)
+    for n in (0, 1, 2, 3, 4):
+        torch.testing.assert_close(cfn(x, n), f(x, n))
+    assert counts(cfn) == (2, 3)  # n < 2 and n >= 2 (the key compares -n with -2)

@@ -8,6 +8,7 @@ A pin records `value == hint` with provenance (`NumberProxy._pin`). `proxies.py`
 
 from __future__ import annotations
 
+import builtins
 import math
 import operator
 from collections.abc import Sequence
@@ -214,6 +215,35 @@ def sqrt(x: Any) -> Any:
 _REAL_SQRT = math.sqrt
 
 
+def _extremum(real: Callable, prim: str) -> Callable:
+    """The builtin `max`/`min` while tracing: symbolic (`prims.sym_max`) where every argument is an int or a
+    symbolic int and one is symbolic (`max(n, 1)`, `min(x.shape)`); anything else (floats, `key=`, `default=`,
+    iterators) is the builtin, whose comparisons are decisions."""
+
+    def extremum(*args: Any, **kwargs: Any) -> Any:
+        items = args[0] if len(args) == 1 and type(args[0]) in (tuple, list, proxies.SymSize) else args
+        if kwargs or not items or not _symbolic_ints(items):
+            return real(*args, **kwargs)
+        out = items[0]
+        for x in items[1:]:
+            out = getattr(_prims(), prim)(out, x)
+        return out
+
+    extremum.__name__ = extremum.__qualname__ = real.__name__
+    return extremum
+
+
+def _symbolic_ints(items: Sequence) -> bool:
+    symbolic = False
+    for x in items:
+        t = type(x)
+        if t is NumberProxy and x.python_type is int:
+            symbolic = True
+        elif t is not int:
+            return False
+    return symbolic
+
+
 def _modular_power(a: Any, b: Any, m: Any) -> Any:
     """`pow(a, b, m)`: `a**b % m` for b >= 0 (symbolic in `a` and `m`), else pinned (a modular inverse)."""
     if float in (kind(a), kind(b), kind(m)):
@@ -342,3 +372,5 @@ _install_arithmetic()
 _install_int_attributes()
 _install_pinning_fallbacks()
 proxies.add_tracing_patch(math, "sqrt", sqrt)
+proxies.add_tracing_patch(builtins, "max", _extremum(builtins.max, "sym_max"))
+proxies.add_tracing_patch(builtins, "min", _extremum(builtins.min, "sym_min"))
