@@ -325,10 +325,15 @@ def test_class_tags_are_compared_without_walking(monkeypatch):
     _Scaled.unrelated = 1  # the class changed: one walk, which finds a new attribute (a new entry)
     try:
         _same(cfn, model, torch.randn(2, 3))
+        compared = []
+        unchanged = classes._unchanged
+        monkeypatch.setattr(classes, "_unchanged", lambda *a: compared.append(1) or unchanged(*a))
         _same(cfn, model, torch.randn(1, 3))
+        _same(cfn, model, torch.randn(0, 3))
+        assert compared == []  # the first entry's failure under these tags is remembered: no namespace compared
     finally:
         del _Scaled.unrelated
-    assert counts(cfn) == (2, 4)
+    assert counts(cfn) == (2, 5)
 
 
 # Aliasing of mutable inputs ------------------------------------------------------------------------------------

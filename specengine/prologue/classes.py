@@ -90,6 +90,7 @@ class ClassGuard:
         self.snapshots = tuple(_snapshot(c) for c in self.classes)
         self.readers = tuple(ctypes.c_uint.from_address(id(c) + _TAG_OFFSET) for c in self.classes)
         self.seen: list[Any] = [None]
+        self.failed: tuple | None = None  # the tags under which the classes were last found changed
         # part of the entry key: entries traced through different versions of a class both stay
         self.key = tuple((c.__qualname__, id(c), _namespace_key(snap)) for c, snap in zip(self.classes, self.snapshots))
         self()
@@ -98,8 +99,15 @@ class ClassGuard:
         return tuple(r.value for r in self.readers)
 
     def __call__(self) -> bool:
+        if TAGS_READABLE and self.failed is not None and self.tags() == self.failed:
+            return False  # found changed under these very tags already: no second walk
         for snapshot, cls in zip(self.snapshots, self.classes):
             if not _unchanged(snapshot, cls):
+                if TAGS_READABLE:
+                    for c in self.classes:
+                        getattr(c, "__specengine_probe__", None)  # assign tags, so that they identify this state
+                    tags = self.tags()
+                    self.failed = tags if all(tags) else None
                 return False
         if TAGS_READABLE:
             for cls in self.classes:
