@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import functools
 import pickle
 from typing import NamedTuple
 
@@ -579,8 +580,14 @@ def test_side_effects_in_hooks_are_refused_naming_the_hook():
             self.n += 1
 
     counter = Counter()
+    stored: list = []
+
+    def store_hook(store, module, args, out):
+        store.append(out)
+
     for hook, register, name in (
         (append_hook, "register_forward_hook", "append_hook"),
+        (functools.partial(store_hook, stored), "register_forward_hook", "partial"),
         (count_hook, "register_forward_pre_hook", "count_hook"),
         (counter, "register_forward_hook", "Counter"),
     ):
@@ -591,7 +598,7 @@ def test_side_effects_in_hooks_are_refused_naming_the_hook():
             cfn(torch.randn(2, 3))
         assert specengine.cache_entries(cfn) == [] and counts(cfn) == (0, 0)
         handle.remove()
-    assert calls == [] and n_calls == 0 and counter.n == 0
+    assert calls == [] and stored == [] and n_calls == 0 and counter.n == 0
 
 
 HOOK_CALLS = 0

@@ -82,6 +82,8 @@ class _Walk:
             self.visit(where + fmt.format(k), x, depth + 1)
 
     def _object(self, where: str, v: Any, depth: int) -> None:
+        if isinstance(v, functools.partial):  # (a hook bound to a list it fills)
+            self.visit(where, (v.func, v.args, v.keywords), depth + 1)
         if _library_object(v):
             return
         state = getattr(v, "__dict__", None)
@@ -93,8 +95,6 @@ class _Walk:
             values = {s: getattr(v, s, _MISSING) for s in slots}
             self.snaps.append((where, v, "slots", values, self.root))
             self._children(where, values.items(), depth, ".{}")
-        if isinstance(v, functools.partial):
-            self.visit(where, (v.func, v.args, v.keywords), depth + 1)
 
     def function(self, where: str, fn: types.FunctionType, globals_too: bool, depth: int = 0) -> None:
         """A function's closure cells, defaults and the values of the globals its code names; with `globals_too`
