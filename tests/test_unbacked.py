@@ -437,3 +437,23 @@ def test_builtin_max_with_key_keeps_python_semantics():
     for n in (0, 1, 2, 3, 4):
         torch.testing.assert_close(cfn(x, n), f(x, n))
     assert counts(cfn) == (2, 3)  # n < 2 and n >= 2 (the key compares -n with -2)
+
+
+def test_failed_check_shows_the_input_sizes_it_involves():
+    def f(x, m):
+        y = x[m]
+        specengine.check(y.shape[0] >= x.shape[0] - 1)  # relates u0 to the backed s0
+        return y * 2
+
+    x = torch.randn(4)
+    small = [(torch.randn(n), torch.zeros(n, dtype=torch.bool)) for n in (0, 1)]  # u0 = 0 >= n - 1 holds
+    cfn = _data_sweep(f, [*small, (x, x > -9), (x, torch.tensor([True, False, True, True]))])
+    line = f.__code__.co_firstlineno + 2
+    with pytest.raises(
+        DataDependentCheckError, match=rf"test_unbacked.py:{line} .*s0 \(x.shape\[0\]\).*u0 = 2, s0 = 4"
+    ):
+        cfn(x, torch.tensor([True, False, False, True]))
+    for n in (0, 1, 2):  # the message has the call's own value of s0
+        with pytest.raises(DataDependentCheckError, match=rf"u0 = 0, s0 = {n + 2}"):
+            cfn(torch.randn(n + 2), torch.zeros(n + 2, dtype=torch.bool))
+    assert counts(cfn) == (1, 7)

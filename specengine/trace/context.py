@@ -40,6 +40,7 @@ class TraceState:
     def __init__(self, decider: Decider, names: NameGen):
         self.decider = decider
         self.names = names
+        self.symbol_sources: dict[str, str] = {}  # backed symbol -> the input it reads ('x.shape[0]')
         self.scopes: list[list] = [[]]
         self.raises: list[bool] = [False]  # per scope: whether an op recorded there may raise at run time
         self.uses_default_dtype = False

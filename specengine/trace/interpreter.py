@@ -120,6 +120,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     state = TraceState(decider, names)
     shadows = objects.Shadows()
     state.input_formats = {s.local: s.formats for s in specs.leaves() if isinstance(s, TensorSpec)}
+    state.symbol_sources = dict(specs.sources)  # s0 -> 'x.shape[0]': run-time check messages name them
     made: dict[str, Any] = {}
     values = [_proxy(p, names, specs.hints, shadows, made) for p in specs.params]
     state_values = [_proxy(p, names, specs.hints, shadows) for p in specs.state]

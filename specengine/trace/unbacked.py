@@ -160,14 +160,20 @@ def assume(state: Any, fact: E.Expr, op: str, reason: str, message: str | None =
 
     source = user_frame(op, reason)
     state.decider.unbacked.assume(fact, source)
-    names = tuple(sorted(s for s in fact.free_symbols() if s in state.decider.unbacked.symbols))
-    origin = "; ".join(describe(s) for s in names)
+    unbacked = state.decider.unbacked.symbols
+    names = tuple(sorted(fact.free_symbols(), key=lambda s: (s not in unbacked, s)))  # backed ones too: their values
+    origin = "; ".join(_origin(state, s) for s in names)
     if message is None:
         text = f"the trace assumed `{fact}` ({op}: {reason}) at {source.where}, but the data contradicts it [{origin}]"
     else:
         text = f"{message} at {source.where} [{origin}]"
     args = (fact, text, names, tuple(E.sym(s) for s in names))
     state.emit(BoundSymbol(_prims().check_sym, args, (), None, (), source))
+
+
+def _origin(state: Any, name: str) -> str:
+    source = state.symbol_sources.get(name)
+    return describe(name) if source is None or source == name else f"{name} ({source})"
 
 
 def check(state: Any, b: E.Expr, op: str, message: str | None = None) -> None:
