@@ -457,3 +457,21 @@ def test_failed_check_shows_the_input_sizes_it_involves():
         with pytest.raises(DataDependentCheckError, match=rf"u0 = 0, s0 = {n + 2}"):
             cfn(torch.randn(n + 2), torch.zeros(n + 2, dtype=torch.bool))
     assert counts(cfn) == (1, 7)
+
+
+def test_bool_item_is_an_unbacked_bool_value():
+    def f(t, x):
+        b = (t > 0).all().item()
+        return torch.where(x > 0, x, b * 1.0), x * b, b + 1, x + (b == True), isinstance(b, bool)  # noqa: E712
+
+    calls = [(torch.tensor(v), torch.randn(n)) for v in ([1, 2], [0, 1], [-1, -3]) for n in (0, 1, 2)]
+    cfn = _data_sweep(f, calls + [(torch.ones(0, dtype=torch.int64), torch.randn(2))])  # all() of nothing: True
+    assert "prims.item" in str(specengine.last_traces(cfn)[-1])
+
+
+def test_branch_on_bool_item_is_refused():
+    cfn = specengine.compile(lambda t, x: x if t.item() else -x, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"data-dependent u0 \(item\(\) at test_unbacked.py:\d+.*torch.where.*"
+                       r"specengine.check"):  # fmt: skip
+        cfn(torch.tensor(True), torch.randn(2))
+    assert counts(cfn) == (0, 0)

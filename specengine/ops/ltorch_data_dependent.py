@@ -61,10 +61,9 @@ def item_prim(t: TensorProxy, what: str) -> NumberProxy:
 
 
 def _checked_scalar(t: TensorProxy, op: str) -> None:
-    if t.dtype.is_complex or t.dtype == torch.bool:
-        kind = "a complex" if t.dtype.is_complex else "a bool"
-        raise unsupported(f"Tensor.{op} of {kind} tensor", "branching on tensor data is data-dependent; use "
-                          "torch.where, or keep the value a tensor")  # fmt: skip
+    if t.dtype.is_complex:
+        raise unsupported(f"Tensor.{op} of a complex tensor", "complex values are not traced; keep the value a "
+                          "tensor")  # fmt: skip
     if len(context.require().scopes) != 1:
         raise unsupported(f"Tensor.{op}", "inside an op's decomposition; call it from the program itself")
 
@@ -76,7 +75,8 @@ def _value_symbol(t: TensorProxy, what: str) -> Any:
 
 
 def item(t: TensorProxy) -> NumberProxy:
-    """`t.item()`: an unbacked int (integer tensors) or float (floating tensors), bound by `prims.item`."""
+    """`t.item()`: an unbacked int (integer tensors), bool (a 0/1 int, bool tensors) or float (floating tensors),
+    bound by `prims.item`."""
     _checked_scalar(t, "item")
     numel = _numel(t.dims)
     if not decide(E.eq(numel, 1), "item", "item() needs one element"):
@@ -86,7 +86,8 @@ def item(t: TensorProxy) -> NumberProxy:
     (name,) = e.free_symbols()
     state = context.require()
     info = state.decider.unbacked.symbols[name]
-    proxy = NumberProxy(name, e, state.decider.hints[name], info.python_type)
+    kind = bool if t.dtype == torch.bool else info.python_type  # a bool: the int 0 or 1 (a branch on it is refused)
+    proxy = NumberProxy(name, e, state.decider.hints[name], kind)
     state.emit(BoundSymbol(item_prim, (t, info.description), (), proxy, (), user_frame("item")))  # binds `u`
     return proxy
 

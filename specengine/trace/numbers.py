@@ -55,7 +55,14 @@ def float_result(op: str, a: Any, b: Any) -> Any:
 
 def _ints(a: Any, b: Any) -> tuple[Any, Any]:
     """Operands for an int rule: symbolic bools are pinned (bool arithmetic is rare), Python bools become ints."""
-    return tuple(int(concrete(x)) if kind(x) is bool else x for x in (a, b))
+    return tuple(_int_of_bool(x) if kind(x) is bool else x for x in (a, b))
+
+
+def _int_of_bool(x: Any) -> Any:
+    """A bool as an int: a symbolic 0/1 int (a bool `.item()`) stays symbolic, a predicate is pinned."""
+    if type(x) is NumberProxy and not x.expr.is_bool:
+        return NumberProxy(x.name, x.expr, int(x.hint), int)
+    return int(concrete(x))
 
 
 def arith(op: str, a: Any, b: Any) -> Any:
