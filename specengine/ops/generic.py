@@ -277,10 +277,10 @@ def _check_mutations(name: str, stand_ins: _Stand_ins) -> bool:
     """Whether the call is pure; an in-place op must keep each mutated tensor's sizes and dtype."""
     pure = True
     for meta, proxy, version in stand_ins.tensors:
-        if meta._version != version:
-            pure = False
-            if _dims(meta) != proxy.dims or meta.dtype != proxy.dtype:
-                raise unsupported(name, "it changes a tensor's shape or dtype in place; use the out-of-place op")
+        # (sizes compared even when the version did not move: a Python meta kernel may resize without bumping it)
+        if _dims(meta) != proxy.dims or meta.dtype != proxy.dtype:
+            raise unsupported(name, "it changes a tensor's shape or dtype in place; use the out-of-place op")
+        pure = pure and meta._version == version
     return pure
 
 
