@@ -284,3 +284,17 @@ def test_torch_refs_decide_on_number_proxies():
     for shape, n in [((5, 1), 5), ((3, 1), 2), ((2, 1), 0), ((1, 1), 7), ((4, 1), 1), ((2, 3), 2)]:
         run_both(fn, cfn, [shape, n])
     assert counts(cfn) == (3, 2)  # n is 1 or not; the first size is 1 or not
+
+
+def test_in_place_ops_are_seen_by_their_schema_not_only_by_version_counters():
+    """Where torch's dispatch-key TLS excludes ADInplaceOrView, versions do not move (seen in a process after
+    torch.quantile with a symbolic q): an in-place op without a rule must still run, not be taken for a no-op."""
+
+    def fn(x):
+        return x.clone().sinh_()
+
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        cfn = specengine.compile(fn, dynamic=True)
+        for n in SIZES:
+            run_both(fn, cfn, [torch.randn(n)])
+    assert counts(cfn) == (3, 1)  # as outside the guard (sizes 0 and 1 are constant dims of the in-place op)

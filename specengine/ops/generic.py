@@ -102,8 +102,14 @@ class _MetaMode(TorchDispatchMode):
     random = False  # an aten op draws random numbers: the call is impure (never merged or dropped, kept in order)
     device = torch.device("cpu")  # the device of the call's tensors (some fake rules depend on it)
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: set[int] = set()  # ids of the tensors an aten op writes in place (by its schema)
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if func._schema.is_mutable:
+            self._note_writes(func, args, kwargs)
         if _RANDOM_TAG is not None and _RANDOM_TAG in func.tags:
             self.random = True
         if any(tag in func.tags for tag in _DATA_DEPENDENT_TAGS) and not _integer_indexing(func, args):
@@ -120,6 +126,15 @@ class _MetaMode(TorchDispatchMode):
                 raise
             with self:
                 return decomposition(*args, **kwargs)
+
+    def _note_writes(self, func: Any, args: tuple, kwargs: dict) -> None:
+        """(Not the version counters alone: they stop moving where torch's dispatch-key TLS excludes ADInplaceOrView.)"""
+        for i, arg in enumerate(func._schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                value = args[i] if i < len(args) else kwargs.get(arg.name)
+                for t in value if isinstance(value, (list, tuple)) else (value,):
+                    if isinstance(t, torch.Tensor):
+                        self.written.add(id(t))
 
 
 def _integer_indexing(func: Any, args: tuple) -> bool:
@@ -190,7 +205,7 @@ def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
     before = fake_rules.symbols_before()
     with context.require().deferred():  # run-time checks the kernel decides follow the op (they read its sizes)
         out = _run_meta(func, name, margs, mkwargs, mode)
-    pure = _check_mutations(name, stand_ins) and not mode.random
+    pure = _check_mutations(name, stand_ins, mode.written) and not mode.random
     result = _outputs(name, out, stand_ins, device, pure)
     inputs = {id(p) for _, p, _ in stand_ins.tensors}
     if pure and all(id(r) in inputs for r in pytree.tree_leaves(result) if isinstance(r, Proxy)):
@@ -273,14 +288,14 @@ def _eager_raises(func: Callable, margs: tuple, mkwargs: dict, kind: type, fill:
     return False
 
 
-def _check_mutations(name: str, stand_ins: _Stand_ins) -> bool:
+def _check_mutations(name: str, stand_ins: _Stand_ins, written: set[int]) -> bool:
     """Whether the call is pure; an in-place op must keep each mutated tensor's sizes and dtype."""
     pure = True
     for meta, proxy, version in stand_ins.tensors:
         # (sizes compared even when the version did not move: a Python meta kernel may resize without bumping it)
         if _dims(meta) != proxy.dims or meta.dtype != proxy.dtype:
             raise unsupported(name, "it changes a tensor's shape or dtype in place; use the out-of-place op")
-        pure = pure and meta._version == version
+        pure = pure and meta._version == version and id(meta) not in written
     return pure
 
 
