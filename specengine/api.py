@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import logging
 import threading
 import time
 import warnings
@@ -133,7 +134,7 @@ class CompiledFunction:
             seen = {**current, **seen}
         with _gc_paused():
             entry = compile_entry(self._fn, args, kwargs, self._options, auto_dynamic, self._promoted)
-        inputs = entry.prologue.fn(*args, **kwargs)  # before the entry is kept: a broken prologue keeps nothing
+        inputs = entry.admit(args, kwargs, self._cache.key_fn(entry))  # before it is kept: a broken one keeps nothing
         if inputs is None:
             raise SpecEngineError(f"internal error: a new entry rejects the inputs it was traced from: "
                                   f"{entry.prologue.explain(args, kwargs)}")  # fmt: skip
@@ -144,8 +145,9 @@ class CompiledFunction:
         self._last_compiled = entry
         if reasons:
             recompiles.info("recompiling %s (entry %d):\n  %s", self.__name__, len(self._entries), "\n  ".join(reasons))
-        guards_log.info("%s entry %d guards:\n  %s", self.__name__, len(self._entries),
-                        "\n  ".join(g.constraint.debug_str(entry.prologue_sources) for g in entry.guards) or "(none)")  # fmt: skip
+        if guards_log.isEnabledFor(logging.INFO):  # the guards' text only where it is logged
+            guards_log.info("%s entry %d guards:\n  %s", self.__name__, len(self._entries),
+                            "\n  ".join(g.constraint.debug_str(entry.prologue_sources) for g in entry.guards) or "(none)")  # fmt: skip
         return entry, inputs
 
     def _source_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:

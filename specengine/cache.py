@@ -49,6 +49,15 @@ class CacheEntry:
         """What dispatch runs when the index found this entry (its pinned values already matched)."""
         return self.prologue.fn_indexed, self.computation, self
 
+    def admit(self, args: tuple, kwargs: dict, key_fn: Callable | None) -> tuple | None:
+        """The computation's arguments for a call, through the prologue that dispatch will run (one compile):
+        the index key (`key_fn`, for an entry with pinned values) then the indexed prologue, or the full one."""
+        if self.index is None:
+            return self.prologue.fn(*args, **kwargs)
+        if key_fn(*args, **kwargs) != self.index[1]:
+            return None
+        return self.prologue.fn_indexed(*args, **kwargs)
+
 
 class Cache:
     """Entries of one compiled function.
@@ -96,6 +105,10 @@ class Cache:
                 self._key_fn(source, glb)
         self.indexes = tuple((self._key_fns[source], rows) for source, rows in groups.items())
         self.scan = tuple(e.row for e in self.entries if e.index is None)
+
+    def key_fn(self, entry: CacheEntry) -> Callable | None:
+        """The index-key function of `entry` (None if it pins nothing), shared by entries with the same source."""
+        return None if entry.index is None else self._key_fn(entry.index[0], entry.index[2])
 
     def _key_fn(self, source: str, glb: dict) -> Callable:
         fn = self._key_fns.get(source)

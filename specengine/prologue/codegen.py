@@ -73,11 +73,34 @@ class Prologue:
         self.globals = glb
         self.provenance = "Prologue generation"
         self.source = f"# Constructed by {self.provenance}\n" + _render(name, sig, steps, returns, fast=True)
-        self.fn: Callable = exec_source(self.source, name, glb)
-        unindexed = [s for s in steps if not (isinstance(s, Check) and s.indexed)]
-        self.fn_indexed: Callable = exec_source(_render(name, sig, unindexed, returns, fast=True), name, glb)
+        self._unindexed = [s for s in steps if not (isinstance(s, Check) and s.indexed)]
         self._sig, self._returns = sig, returns
+        # Each variant is compiled when first asked for (dispatch asks for one of them; they are one function where
+        # no check is indexed): a prologue is compiled once, not twice.
+        self._fn: Callable | None = None
+        self._fn_indexed: Callable | None = None
         self._explain: Callable | None = None  # compiled on the first miss that asks (recompile reasons)
+
+    @property
+    def fn(self) -> Callable:
+        """Checks every input fact; returns the computation's arguments or None."""
+        if self._fn is None:
+            self._fn = exec_source(self.source, self.name, self.globals)
+        return self._fn
+
+    @fn.setter
+    def fn(self, fn: Callable) -> None:
+        self._fn = fn
+
+    @property
+    def fn_indexed(self) -> Callable:
+        """`fn` without the checks of pinned values, for an entry that the dispatch index found by them."""
+        if self._fn_indexed is None:
+            if len(self._unindexed) == len(self.steps):
+                return self.fn
+            src = _render(self.name, self._sig, self._unindexed, self._returns, fast=True)
+            self._fn_indexed = exec_source(src, self.name, self.globals)
+        return self._fn_indexed
 
     def __str__(self) -> str:
         return self.source

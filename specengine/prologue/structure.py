@@ -40,7 +40,7 @@ _watched_objects: set[int] = set()  # config objects held by watched modules (th
 _patched_classes: set[type] = set()
 _MODULE_DICTS = ("_modules", "_parameters", "_buffers")
 _MISSING = object()
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a finalizer (_forget) may run, by garbage collection, while it is held
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
           "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")  # fmt: skip
 _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
