@@ -475,3 +475,24 @@ def test_branch_on_bool_item_is_refused():
                        r"specengine.check"):  # fmt: skip
         cfn(torch.tensor(True), torch.randn(2))
     assert counts(cfn) == (0, 0)
+
+
+def test_division_by_a_data_dependent_value_raises_pythons_error_at_run_time():
+    def f(t, x):
+        v = t.sum().item()
+        return x * (2 / v), 2 / v
+
+    cfn = _data_sweep(f, [(torch.tensor(k), torch.randn(n)) for k in ([1.5, 2.0], [-3.0, 0.25]) for n in (0, 1, 2)])
+    with pytest.raises(ZeroDivisionError, match="float division by zero"):  # as eager: v is a Python float
+        cfn(torch.tensor([0.0, 0.0]), torch.randn(2))
+    assert counts(cfn) == (1, 6)
+    assert "prims.check_divisor(u0" in str(specengine.last_traces(cfn)[-1])
+
+    def g(t, x):
+        n = t.item()
+        return x * (6 / n) + 6 / n  # the second division is proved nonzero by the first check
+
+    cfn = _data_sweep(g, [(torch.tensor(k), torch.randn(s)) for k in (1, 2, -3) for s in (0, 1, 2)])
+    with pytest.raises(ZeroDivisionError, match="^division by zero"):
+        cfn(torch.tensor(0), torch.randn(1))
+    assert str(specengine.last_traces(cfn)[-1]).count("check_divisor") == 1

@@ -50,6 +50,17 @@ def check_sym(cond: Any, message: str, names: tuple, values: tuple) -> None:
     return None
 
 
+def _check_divisor_impl(value: Any, message: str) -> None:
+    if value == 0:
+        raise ZeroDivisionError(message)
+
+
+@prims.prim("check_divisor", impl=_check_divisor_impl, pure=False)
+def check_divisor(value: Any, message: str) -> None:
+    """Raise ZeroDivisionError(message) at run time where a data-dependent divisor is 0, as Python does."""
+    return None
+
+
 def _item_impl(t: torch.Tensor, what: str) -> Any:
     return t.item()
 

@@ -50,7 +50,11 @@ def float_result(op: str, a: Any, b: Any) -> Any:
     if r.is_const:
         return r.args[0]
     state = context.require()
-    return NumberProxy(state.names.fresh("f"), r, r.eval(state.decider.hints), bool if r.is_bool else float)
+    try:
+        hint = r.eval(state.decider.hints)
+    except ZeroDivisionError:  # over a stand-in of a data-dependent value (never decided on): any stand-in does
+        hint = 0.0
+    return NumberProxy(state.names.fresh("f"), r, hint, bool if r.is_bool else float)
 
 
 def _ints(a: Any, b: Any) -> tuple[Any, Any]:
@@ -104,11 +108,27 @@ def truediv(a: Any, b: Any) -> Any:
         return NotImplemented
     a, b = _ints(a, b)
     message = "float division by zero" if float in (ka, kb) else "division by zero"
-    if not (_nonzero(b) if type(b) is NumberProxy else b != 0):
+    if type(b) is NumberProxy and context.require().decider.unbacked.mentions(b.expr):
+        _check_divisor(b, message)
+    elif not (_nonzero(b) if type(b) is NumberProxy else b != 0):
         raise ZeroDivisionError(message)
     if type(a) is not NumberProxy and type(b) is not NumberProxy:
         return a / b
     return float_result("/", a, b)
+
+
+def _check_divisor(b: NumberProxy, message: str) -> None:
+    """A data-dependent divisor: Python's ZeroDivisionError at run time where it is 0 (proved nonzero: nothing)."""
+    from specengine.provenance import user_frame
+    from specengine.trace.symbol import BoundSymbol
+
+    state = context.require()
+    e = b.expr
+    if isinstance(e, E.Expr) and not e.is_bool:
+        if state.decider.prove(E.ne(e, 0)) is True:
+            return
+        state.decider.unbacked.assume(E.ne(e, 0), user_frame("truediv", "division by zero check"))
+    state.emit(BoundSymbol(_prims().check_divisor, (e, message), (), None, (), user_frame("truediv")))
 
 
 def _nonzero(b: NumberProxy) -> bool:
