@@ -191,7 +191,8 @@ def _read_symbols(st: _Steps, needed: set[str], pinned: dict[str, int]) -> None:
             continue
         local = f"{spec.local}_shape[{d}]" if d is not None else spec.local
         st.check(f"{local} != {v}", f"{st.specs.sources[s]} == {v}", (st.specs.sources[s], local),
-                 provenance="constant dim" if d is not None else "constant int", indexed=True)  # fmt: skip
+                 provenance="constant dim" if d is not None else "constant int",
+                 indexed=s not in st.specs.static_symbols)  # fmt: skip  # the index key leaves module state out
     for s in sorted(needed - set(pinned), key=lambda s: E.sym(s).sort_key):
         spec, d = sources[s]
         if d is not None:
