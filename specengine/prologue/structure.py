@@ -203,7 +203,9 @@ def _watch_object(obj: Any) -> None:
     if cls not in _patched_classes:
         try:
             for name in ("__setattr__", "__delattr__"):
-                setattr(cls, name, _object_bumping(getattr(cls, name)))
+                current = getattr(cls, name)
+                if not getattr(current, "_bumps_epoch", False):
+                    setattr(cls, name, _object_bumping(current))
         except (TypeError, AttributeError):
             return  # a class that cannot be patched: its instances' fields stay unwatched
         _patched_classes.add(cls)
@@ -216,14 +218,38 @@ def _watch_object(obj: Any) -> None:
 
 
 def _object_bumping(original: Callable) -> Callable:
-    def wrapper(self: Any, *args: Any) -> Any:
-        if id(self) in _watched_objects:
-            EPOCH[0] += 1
-        return original(self, *args)
+    if getattr(original, "_bumps_epoch", False):
+        return original  # already bumping (inherited, or patched before): one wrapper per chain, never nested
+    if original is object.__setattr__ or original is object.__delattr__:
+        # named literally: dynamo traces `object.__setattr__(self, ...)` in a __setattr__, but recurses on a
+        # slot wrapper held in a closure (torch.compile of a model whose config class is watched)
+        wrapper = _object_setattr if original is object.__setattr__ else _object_delattr
+    else:
 
-    wrapper.__name__ = getattr(original, "__name__", "wrapper")
-    wrapper.__wrapped__ = original
+        def wrapper(self: Any, *args: Any) -> Any:
+            if id(self) in _watched_objects:
+                EPOCH[0] += 1
+            return original(self, *args)
+
+        wrapper.__name__ = getattr(original, "__name__", "wrapper")
+        wrapper._bumps_epoch = True
     return wrapper
+
+
+def _object_setattr(self: Any, *args: Any) -> Any:
+    if id(self) in _watched_objects:
+        EPOCH[0] += 1
+    return object.__setattr__(self, *args)
+
+
+def _object_delattr(self: Any, *args: Any) -> Any:
+    if id(self) in _watched_objects:
+        EPOCH[0] += 1
+    return object.__delattr__(self, *args)
+
+
+_object_setattr._bumps_epoch = True
+_object_delattr._bumps_epoch = True
 
 
 def _bumping(fn: Callable) -> Callable:
