@@ -619,3 +619,29 @@ def test_a_global_assigned_by_a_global_hook_is_refused_and_put_back():
     finally:
         handle.remove()
     assert HOOK_CALLS == 0 and specengine.cache_entries(cfn) == []
+
+
+def test_watched_config_class_stays_traceable_by_dynamo_and_is_wrapped_once():
+    """A watched object's class keeps one bumping __setattr__, and torch.compile still traces writes to it."""
+    from specengine.prologue import structure
+
+    class Flags:
+        def __init__(self):
+            self.on = False
+
+    flags = Flags()
+    structure._watch_object(flags)
+    structure._watch_object(Flags())
+    assert Flags.__setattr__ is structure._object_setattr  # not a wrapper of a wrapper
+    before = structure.EPOCH[0]
+    flags.on = True
+    assert structure.EPOCH[0] == before + 1
+
+    def f(x):
+        flags.on = x.shape[0] > 1
+        return x + 1
+
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="eager")(torch.ones(2))
+    torch.testing.assert_close(out, torch.full((2,), 2.0))
+    assert flags.on is True
