@@ -496,3 +496,20 @@ def test_division_by_a_data_dependent_value_raises_pythons_error_at_run_time():
     with pytest.raises(ZeroDivisionError, match="^division by zero"):
         cfn(torch.tensor(0), torch.randn(1))
     assert str(specengine.last_traces(cfn)[-1]).count("check_divisor") == 1
+
+
+def test_int_floordiv_and_mod_by_a_data_dependent_value_raise_pythons_error_at_run_time():
+    """`6 // n` and `7 % n` with n from .item(): ZeroDivisionError at run time for n == 0, as eager; one compile."""
+
+    def f(t, x):
+        n = t.item()
+        return x * (6 // n) + (7 % n)
+
+    cf = specengine.compile(f, dynamic=True)
+    for v, size in ((1, 0), (2, 1), (3, 2), (5, 3)):
+        x = torch.ones(size)
+        torch.testing.assert_close(cf(torch.tensor(v), x), f(torch.tensor(v), x))
+    with pytest.raises(ZeroDivisionError, match="integer division or modulo by zero"):
+        cf(torch.tensor(0), torch.ones(2))
+    assert specengine.cache_misses(cf) == 1
+    assert not any("u0" in str(g) for g in specengine.last_guards(cf))

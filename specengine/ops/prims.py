@@ -56,7 +56,10 @@ def new_tensor(dims: tuple, dtype: torch.dtype, like: list[Any], device: torch.d
 def new_number(e: E.Expr, python_type: type = int) -> NumberProxy:
     """A fresh NumberProxy for `e`; a bare symbol keeps the symbol's name, a constant prints as itself."""
     state = context.require()
-    hint = e.eval(state.decider.hints)
+    try:
+        hint = e.eval(state.decider.hints)
+    except ZeroDivisionError:  # over a stand-in of a data-dependent divisor (checked at run time, never decided on)
+        hint = 0
     if e.op == "sym":
         name = e.args[0]
     elif e.is_const:
@@ -84,7 +87,13 @@ def _scalar_prim(name: str, py_op: Callable, build: Callable, out_type: type = i
 
 def _checked_div(build: Callable) -> Callable:
     def run(a: E.Expr, b: E.Expr) -> E.Expr:
-        if not context.require().decide(E.ne(b, 0), "floordiv", "division by zero check"):
+        state = context.require()
+        if isinstance(b, E.Expr) and state.decider.unbacked.mentions(b):
+            from specengine.trace.numbers import check_divisor  # a data-dependent divisor: checked at run time
+
+            check_divisor(b, "integer division or modulo by zero", "floordiv")
+            return build(a, b)
+        if not state.decide(E.ne(b, 0), "floordiv", "division by zero check"):
             raise ZeroDivisionError("integer division or modulo by zero")
         return build(a, b)
 

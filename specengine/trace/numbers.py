@@ -117,18 +117,21 @@ def truediv(a: Any, b: Any) -> Any:
     return float_result("/", a, b)
 
 
-def _check_divisor(b: NumberProxy, message: str) -> None:
+def _check_divisor(b: NumberProxy | E.Expr, message: str, op: str = "truediv") -> None:
     """A data-dependent divisor: Python's ZeroDivisionError at run time where it is 0 (proved nonzero: nothing)."""
     from specengine.provenance import user_frame
     from specengine.trace.symbol import BoundSymbol
 
     state = context.require()
-    e = b.expr
+    e = b if isinstance(b, E.Expr) else b.expr
     if isinstance(e, E.Expr) and not e.is_bool:
         if state.decider.prove(E.ne(e, 0)) is True:
             return
-        state.decider.unbacked.assume(E.ne(e, 0), user_frame("truediv", "division by zero check"))
-    state.emit(BoundSymbol(_prims().check_divisor, (e, message), (), None, (), user_frame("truediv")))
+        state.decider.unbacked.assume(E.ne(e, 0), user_frame(op, "division by zero check"))
+    state.emit(BoundSymbol(_prims().check_divisor, (e, message), (), None, (), user_frame(op)))
+
+
+check_divisor = _check_divisor  # for the int prims (`//`, `%`) in ops/prims.py
 
 
 def _nonzero(b: NumberProxy) -> bool:
