@@ -109,7 +109,7 @@ def truediv(a: Any, b: Any) -> Any:
     a, b = _ints(a, b)
     message = "float division by zero" if float in (ka, kb) else "division by zero"
     if type(b) is NumberProxy and context.require().decider.unbacked.mentions(b.expr):
-        _check_divisor(b, message)
+        check_divisor(b, message)
     elif not (_nonzero(b) if type(b) is NumberProxy else b != 0):
         raise ZeroDivisionError(message)
     if type(a) is not NumberProxy and type(b) is not NumberProxy:
@@ -117,7 +117,7 @@ def truediv(a: Any, b: Any) -> Any:
     return float_result("/", a, b)
 
 
-def _check_divisor(b: NumberProxy | E.Expr, message: str, op: str = "truediv") -> None:
+def check_divisor(b: NumberProxy | E.Expr, message: str, op: str = "truediv") -> None:
     """A data-dependent divisor: Python's ZeroDivisionError at run time where it is 0 (proved nonzero: nothing)."""
     from specengine.provenance import user_frame
     from specengine.trace.symbol import BoundSymbol
@@ -129,9 +129,6 @@ def _check_divisor(b: NumberProxy | E.Expr, message: str, op: str = "truediv") -
             return
         state.decider.unbacked.assume(E.ne(e, 0), user_frame(op, "division by zero check"))
     state.emit(BoundSymbol(_prims().check_divisor, (e, message), (), None, (), user_frame(op)))
-
-
-check_divisor = _check_divisor  # for the int prims (`//`, `%`) in ops/prims.py
 
 
 def _nonzero(b: NumberProxy) -> bool:
