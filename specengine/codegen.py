@@ -80,7 +80,26 @@ def call_signature(fn: Any) -> inspect.Signature:
     Arguments are then passed on as the caller passed them (keywords as keywords, omitted ones omitted), which is
     what a wrapper that reads its `kwargs` (transformers' config defaults) needs, and the prologue checks it.
     """
+    if _call_hooks(fn):
+        return _AS_CALLED
     return inspect.signature(callable_target(fn), follow_wrapped=False)
+
+
+_AS_CALLED = inspect.Signature([inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+                                inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])  # fmt: skip
+
+
+def _call_hooks(fn: Any) -> bool:
+    """Whether `Module.__call__` of `fn` runs forward hooks or pre-hooks (its own or global ones): they see the
+    positional arguments and keywords as the caller passed them, so the call is not bound to `forward`'s
+    signature (a default filled in would reach a pre-hook as a positional argument)."""
+    import torch
+    import torch.nn.modules.module as mm
+
+    if not isinstance(fn, torch.nn.Module):
+        return False
+    names = ("_forward_pre_hooks", "_forward_hooks")
+    return any(getattr(fn, n, None) for n in names) or any(getattr(mm, "_global" + n, None) for n in names)
 
 
 def function_name(fn: Any) -> str:

@@ -154,19 +154,57 @@ class StateBuilder:
                 self.tensor(path, read, slot, value)
 
 
-def captured(target: Any, roots: dict) -> Iterator[tuple[str, str, Slot, Any]]:
-    """Globals and closure variables of `target` that hold tensors or modules (`roots` gets their holders)."""
+def captured(target: Any, roots: dict, limit: int = 64) -> Iterator[tuple[str, str, Slot, Any]]:
+    """Globals and closure variables that hold tensors or modules (`roots` gets their holders): those of `target`,
+    and of the user functions it reaches through them (helpers, recursively, up to `limit`), also through a
+    compiled function (`specengine.compile(model)` called by the function: its module's state is this trace's)."""
+    from specengine.prologue.external import _user_function
     from specengine.trace.effects import captured_values
 
-    for kind, name, value, holder in captured_values(target):
-        if not isinstance(value, (torch.Tensor, torch.nn.Module)):
+    todo, done = [target], set()
+    while todo and len(done) < limit:
+        fn = todo.pop(0)
+        if id(fn) in done:
             continue
-        if kind == "global":
-            roots.setdefault("_user_globals", holder)
-            yield name, f"_user_globals.get({name!r})", Slot(holder, name), value
-        else:
-            roots.setdefault("_user_cells", holder)
-            yield name[1], f"_user_cells[{name[0]}].cell_contents", Slot(holder[name[0]], None), value
+        done.add(id(fn))
+        for kind, name, value, holder in captured_values(fn):
+            value = _compiled_target(value)
+            if _user_function(value):
+                todo.append(value)
+            if not isinstance(value, (torch.Tensor, torch.nn.Module)):
+                continue
+            if kind == "global":
+                key = _holder_key(roots, "_user_globals", holder)
+                yield name, f"{key}.get({name!r})", Slot(holder, name), value
+            else:
+                key = _holder_key(roots, "_user_cells", holder)
+                yield name[1], f"{key}[{name[0]}].cell_contents", Slot(holder[name[0]], None), value
+
+
+def _holder_key(roots: dict, base: str, holder: Any) -> str:
+    """The compiled function's own globals and closure are `_user_globals` and `_user_cells`; a helper's get a key
+    of their own."""
+    key = base if roots.setdefault(base, holder) is holder else f"{base}_{id(holder)}"
+    roots.setdefault(key, holder)
+    return key
+
+
+def _compiled_target(value: Any) -> Any:
+    """What a compiled function (a `CompiledFunction`) runs while tracing: its module, or its plain function."""
+    from specengine.api import CompiledFunction
+    from specengine.codegen import module_of
+
+    if isinstance(value, CompiledFunction):
+        fn = value._fn
+        module = module_of(fn)
+        return module if module is not None else unwrap_plain(fn)
+    return value
+
+
+def unwrap_plain(fn: Any) -> Any:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__func__", fn)
 
 
 def bound(fn: Any, roots: dict) -> Iterator[tuple[str, str, Slot, Any]]:

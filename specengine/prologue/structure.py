@@ -136,8 +136,11 @@ def watch(root: torch.nn.Module) -> None:
             if id(m) not in _watched_modules:
                 _watched_modules.add(id(m))
                 weakref.finalize(m, _forget, id(m), dicts)  # a dead module's id may be reused: forget it
-            for obj in config_objects(m):
+            hooks = [o for h in _HOOKS for o in hook_objects(getattr(m, h, None) or {})]
+            for obj in config_objects(m) + config_tree(hooks):
                 _watch_object(obj)
+        for obj in config_tree(o for d in _global_hook_dicts() for o in hook_objects(d)):
+            _watch_object(obj)
 
 
 def _forget(module_id: int, dicts: set[int]) -> None:
@@ -352,24 +355,48 @@ def fingerprint(root: torch.nn.Module, path: str, skip: frozenset = frozenset(),
             keep.extend([m, *vars(m).values(), *(v for h in _HOOKS for v in (getattr(m, h, None) or {}).values())])
     for d, name in zip(_global_hook_dicts(), _GLOBAL_HOOKS):
         out[f"torch.nn.modules.module: {name}"] = tuple((k, id(v)) for k, v in d.items())
+        _hook_fields(out, f"torch.nn.modules.module: {name}", d, keep, objects)
+    tensors: dict[int, str] = {}  # id -> the first place it was seen: which tensors are one (tied weights)
     for qual, m in root.named_modules(remove_duplicate=False):
         p = module_path(qual, "_modules", path)
         out[f"{p}: class"] = ("id", id(type(m)), type(m).__name__)
         out[f"{p}: tables"] = (id(m.__dict__), id(m._parameters), id(m._buffers))  # the prologue reads them
         out[f"{p}: submodules"] = tuple((k, id(v)) for k, v in m._modules.items())
-        out[f"{p}: parameters"] = tuple((k, v is None) for k, v in m._parameters.items())
-        out[f"{p}: buffers"] = tuple((k, v is None) for k, v in m._buffers.items())
+        for table in ("_parameters", "_buffers"):
+            items = getattr(m, table).items()
+            out[f"{p}: {table[1:]}"] = tuple((k, v is None or _first(tensors, v, f"{p}.{k}")) for k, v in items)
         for h in _HOOKS:
             hooks = getattr(m, h, None)
             if hooks:
                 out[f"{p}: {h}"] = tuple((k, id(v)) for k, v in hooks.items())
+                _hook_fields(out, f"{p}: {h}", hooks, keep, objects)
         for attr, value in vars(m).items():
             if attr not in INTERNAL and (id(m), attr) not in skip:
                 out[f"{p}.{attr}"] = _attr_key(value)
+                if isinstance(value, torch.Tensor):
+                    out[f"{p}.{attr}"] = ("tensor", _first(tensors, value, f"{p}.{attr}"))
                 if is_config_object(value):
                     _object_fields(out, f"{p}.{attr}", value, keep, objects)
         out[f"{p}.training"] = ("value", bool, repr(m.training))
     return out
+
+
+def _first(tensors: dict[int, str], t: torch.Tensor, place: str) -> str:
+    """Where `t` was first seen in this walk: a parameter tied to an earlier one (`head.weight = emb.weight`) is
+    read once by the prologue, so untying it (or tying two) is a structure change."""
+    return tensors.setdefault(id(t), place)
+
+
+def hook_objects(hooks: dict) -> list:
+    """The config objects among hooks: a callable object (`register_forward_hook(Scaler())`) or the `self` of a
+    bound method; their fields are read while tracing, as a module's attributes."""
+    targets = (getattr(v, "__self__", None) if isinstance(v, types.MethodType) else v for v in hooks.values())
+    return [v for v in targets if v is not None and is_config_object(v)]
+
+
+def _hook_fields(out: dict, path: str, hooks: dict, keep: list | None, seen: set) -> None:
+    for i, obj in enumerate(hook_objects(hooks)):
+        _object_fields(out, f"{path}[{i}]", obj, keep, seen)
 
 
 def _object_fields(out: dict, path: str, obj: Any, keep: list | None, seen: set, depth: int = 0) -> None:
