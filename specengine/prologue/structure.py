@@ -52,8 +52,26 @@ trace_setattr: list[Callable | None] = [None]  # set by the tracer: intercepts a
 trace_delattr: list[Callable | None] = [None]
 
 
+_DIRTY = -1  # EPOCH's value after a write made under dynamo: never the epoch an entry has seen
+_COUNT = [0]  # the last epoch handed out
+
+
 def bump() -> None:
-    EPOCH[0] += 1
+    """Note a change of watched state: EPOCH moves to a value no check has seen."""
+    if torch.compiler.is_dynamo_compiling():
+        # a constant store, which dynamo replays after its graph without guarding EPOCH's value (reading it here
+        # would add a guard that every later write fails: a recompile per write, up to its limit)
+        EPOCH[0] = _DIRTY
+        return
+    _COUNT[0] += 1
+    EPOCH[0] = _COUNT[0]
+
+
+def epoch() -> int:
+    """EPOCH's value, for a check to record as seen (a dirty EPOCH is moved to a fresh value first)."""
+    if EPOCH[0] == _DIRTY:
+        bump()
+    return EPOCH[0]
 
 
 def _global_hook_dicts() -> list[dict]:
@@ -67,15 +85,15 @@ class WatchedDict(dict):
     __slots__ = ()
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        EPOCH[0] += 1
+        bump()
         dict.__setitem__(self, key, value)
 
     def __delitem__(self, key: Any) -> None:
-        EPOCH[0] += 1
+        bump()
         dict.__delitem__(self, key)
 
     def __ior__(self, other: Any) -> WatchedDict:
-        EPOCH[0] += 1
+        bump()
         dict.update(self, other)
         return self
 
@@ -100,7 +118,7 @@ def _bumping_method(name: str) -> Callable:
     method = getattr(dict, name)
 
     def bumping(self: WatchedDict, *args: Any, **kwargs: Any) -> Any:
-        EPOCH[0] += 1
+        bump()
         return method(self, *args, **kwargs)
 
     bumping.__name__ = name
@@ -119,10 +137,10 @@ def _swap_dicts(m: torch.nn.Module) -> None:
         d = state.get(name)
         if type(d) is dict:
             dict.__setitem__(state, name, WatchedDict(d))
-            EPOCH[0] += 1
+            bump()
     if type(state) is dict:
         object.__setattr__(m, "__dict__", WatchedDict(state))
-        EPOCH[0] += 1
+        bump()
 
 
 def watch(root: torch.nn.Module) -> None:
@@ -231,7 +249,7 @@ def _object_bumping(original: Callable) -> Callable:
 
         def wrapper(self: Any, *args: Any) -> Any:
             if id(self) in _watched_objects:
-                EPOCH[0] += 1
+                bump()
             return original(self, *args)
 
         wrapper.__name__ = getattr(original, "__name__", "wrapper")
@@ -241,13 +259,13 @@ def _object_bumping(original: Callable) -> Callable:
 
 def _object_setattr(self: Any, *args: Any) -> Any:
     if id(self) in _watched_objects:
-        EPOCH[0] += 1
+        bump()
     return object.__setattr__(self, *args)
 
 
 def _object_delattr(self: Any, *args: Any) -> Any:
     if id(self) in _watched_objects:
-        EPOCH[0] += 1
+        bump()
     return object.__delattr__(self, *args)
 
 
@@ -258,7 +276,7 @@ _object_delattr._bumps_epoch = True
 def _bumping(fn: Callable) -> Callable:
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         if id(self) in _watched_modules:
-            EPOCH[0] += 1
+            bump()
         return fn(self, *args, **kwargs)
 
     wrapper.__wrapped__ = fn
@@ -271,7 +289,7 @@ def _setattr(original: Callable) -> Callable:
         if hook is not None and hook(self, name, value):
             return
         if id(self) in _watched_modules:
-            EPOCH[0] += 1
+            bump()
         original(self, name, value)
 
     __setattr__.__wrapped__ = original
@@ -284,7 +302,7 @@ def _delattr(original: Callable) -> Callable:
         if hook is not None:
             hook(self, name)
         if id(self) in _watched_modules:
-            EPOCH[0] += 1
+            bump()
         original(self, name)
 
     __delattr__.__wrapped__ = original
@@ -312,13 +330,13 @@ def install() -> None:
 
         def handle_init(self: RemovableHandle, hooks_dict: Any, *args: Any, **kwargs: Any) -> None:
             if id(hooks_dict) in _watched_dicts or id(hooks_dict) in global_ids:
-                EPOCH[0] += 1
+                bump()
             init(self, hooks_dict, *args, **kwargs)
 
         def handle_remove(self: RemovableHandle) -> None:
             d = self.hooks_dict_ref()
             if d is not None and (id(d) in _watched_dicts or id(d) in global_ids):
-                EPOCH[0] += 1
+                bump()
             remove(self)
 
         RemovableHandle.__init__, RemovableHandle.remove = handle_init, handle_remove
@@ -422,19 +440,19 @@ class StructureGuard:
         self.root, self.path, self.skip = root, path, skip
         self.keep: list = []
         self.expected = fingerprint(root, path, skip, self.keep)
-        self.seen = [EPOCH[0]]  # the epoch at which the structure was last found unchanged
-        self.failed = -1  # the epoch at which it was last found changed
+        self.seen = [epoch()]  # the epoch at which the structure was last found unchanged
+        self.failed: int | None = None  # the epoch at which it was last found changed
         self.key = tuple(sorted(self.expected.items(), key=lambda kv: kv[0]))
 
     def __call__(self) -> bool:
-        epoch = EPOCH[0]
-        if epoch == self.failed:
+        now = epoch()
+        if now == self.failed:
             return False  # found changed at this epoch already: no second walk
         if fingerprint(self.root, self.path, self.skip) != self.expected:
-            self.failed = epoch
+            self.failed = now
             return False
         watch(self.root)  # the same structure under new objects (a dict reassigned): watch them too
-        self.seen[0] = epoch
+        self.seen[0] = now
         return True
 
     def prologue_check(self, name: Callable) -> tuple[str, str]:
@@ -464,7 +482,7 @@ class ObjectsGuard:
         self.path = ", ".join(p for p, _ in objects)
         self.keep: list = [obj for _, obj in objects]
         self.expected = self._fields(self.keep)
-        self.seen = [EPOCH[0]]
+        self.seen = [epoch()]
         self.key = tuple(sorted(self.expected.items(), key=lambda kv: kv[0]))
 
     def _watch(self) -> None:
@@ -483,7 +501,7 @@ class ObjectsGuard:
         if self._fields(None) != self.expected:
             return False
         self._watch()  # (nested objects replaced by equal ones)
-        self.seen[0] = EPOCH[0]
+        self.seen[0] = epoch()
         return True
 
     def prologue_check(self, name: Callable) -> tuple[str, str]:

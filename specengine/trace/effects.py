@@ -15,7 +15,10 @@ Recorded instead:
 - reads of global torch settings (`torch.get_default_dtype()`, `torch.are_deterministic_algorithms_enabled()`, ...)
   are noted on the tracing state: the prologue guards the values read.
 
-Other side effects (mutating a global list, writing a file) cannot be seen and run only while tracing.
+Changes to Python objects reachable from the function (a global list, a module's config, a hook's closure) are
+undone and refused by `trace/mutations.py`; lists, dicts and plain objects passed as arguments are written back
+after every call (`trace/objects.py`). Effects outside the Python heap (writing a file, a socket) cannot be seen:
+they run only while tracing (docs/python-semantics.md, "Python state, modules and containers").
 """
 
 from __future__ import annotations
