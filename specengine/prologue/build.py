@@ -14,7 +14,7 @@ from specengine.constraints import expr as E
 from specengine.constraints.floats import FloatExpr
 from specengine.constraints.solver import Solution
 from specengine.prologue.codegen import Check, Guard, Prologue
-from specengine.prologue.external import ObjGuard, fail_source, has_value_semantics
+from specengine.prologue.external import _ABSENT, ObjGuard, fail_source, has_value_semantics
 from specengine.prologue.inputs import (
     AliasSpec,
     ConstSpec,
@@ -272,13 +272,15 @@ def _captured_checks(st: _Steps, captured: list) -> None:
     """Globals and closure variables the trace read keep their values (by value where the type has value semantics,
     else by identity), or the entry does not apply. The compiled function's own holders are `_user_globals` and
     `_user_cells`; those of the helpers it calls get names of their own."""
-    st.glb.setdefault("_absent", object())
+    st.glb.setdefault("_absent", _ABSENT)
     for kind, name, value, holder in captured:  # holder: a function's globals dict, or its closure
         if isinstance(value, torch.Tensor):
             continue  # a state input (prologue/state.py), read on every call
         if kind == "global":
             glb = "_user_globals" if st.glb.setdefault("_user_globals", holder) is holder else st.name(holder, "glb")
             where, text = f"{glb}.get({name!r}, _absent)", f"global {name}"
+        elif kind == "attr":  # an attribute of an imported module (trace/module_reads.py): its __dict__'s entry
+            where, text = f"{st.name(holder, 'mod')}.get({name[0]!r}, _absent)", name[1]
         else:
             cells = "_user_cells" if st.glb.setdefault("_user_cells", holder) is holder else st.name(holder, "cells")
             where, text = f"{cells}[{name[0]}].cell_contents", f"closure variable {name[1]}"

@@ -179,6 +179,7 @@ def captured_transitively(target: Any, modules: list, ran: Any = None, limit: in
     (`forward` first): `effects.captured_values` entries, each (holder, name) once. At most `limit` functions are
     scanned after `target` and its helpers. Then those read by the rest of the user code that ran while tracing
     (`ran`, a `coverage.Coverage`: methods of objects passed in, callbacks, helpers past the limit)."""
+    from specengine.trace import module_reads
     from specengine.trace.effects import captured_values
 
     classes = {c for m in modules for s in m.modules() for c in type(s).__mro__ if _user_class(c)}
@@ -204,11 +205,13 @@ def captured_transitively(target: Any, modules: list, ran: Any = None, limit: in
         covered = {f.__code__ for f in done.values() if hasattr(f, "__code__")}
         for entry in ran.captured(covered, _proxy_free):
             _add(out, seen, *entry)
+        for entry in module_reads.captured(ran.codes, ran.free_modules, _ABSENT):  # `mymod.SCALE`, as a global
+            _add(out, seen, *entry)
     return out
 
 
 def _add(out: list, seen: set, kind: str, name: Any, value: Any, holder: Any) -> bool:
-    key = (id(holder), name if kind == "global" else name[0])
+    key = (id(holder), name if kind == "global" else name[0])  # ("attr": a module's __dict__ and the attribute)
     if key in seen:
         return False
     seen.add(key)

@@ -9,8 +9,10 @@ told of each Python frame that starts. It notes:
   that the static walk of `prologue/external.py` reaches;
 - each `__enter__` that a `with` statement calls, with its context manager, by (frame, offset of the `with`):
   `exceptions.py` decides from it whether the block's `__exit__` may swallow an error;
-- a user code object that names the builtin `type` runs with a `type` of its own in its module's globals while
-  the trace runs (`pytypes.traced_type`): `type(x)` of a proxy is what eager gives (`torch.Tensor`, `int`, ...).
+- a user code object that names the builtin `type` (or an alias of it, or `builtins`) runs with a `type` of its own
+  in its module's globals while the trace runs (`pytypes.traced_type`): `type(x)` of a proxy is what eager gives
+  (`torch.Tensor`, `int`, ...);
+- the closure variables of user code that hold modules: `module_reads.py` follows their attributes.
 
 The tracer is paused inside `TraceState.record` (specengine's own work on an op, where no user code runs), which
 keeps its cost to a few percent of a compile.
@@ -69,7 +71,9 @@ def _kind(code: types.CodeType, glb: dict) -> int:
     kind = _ENTER if code.co_name == "__enter__" and code.co_argcount >= 1 else _SKIP
     if _not_users(code.co_filename, glb):
         return kind
-    return kind | _USER | (_TYPE if "type" in code.co_names else 0)
+    from specengine.trace.pytypes import names_type
+
+    return kind | _USER | (_TYPE if names_type(code, glb) else 0)
 
 
 class Coverage:
@@ -80,6 +84,7 @@ class Coverage:
         self.entered: dict[tuple, Any] = {}  # (id(frame), its code, offset of the with) -> the context manager
         self.kinds: dict[types.CodeType, int] = {}
         self.frees: dict[types.CodeType, set] = {}  # user code with free variables -> ids of their values as run
+        self.free_modules: dict[types.CodeType, dict] = {}  # user code -> its closure variables holding modules
         self.typed: list[dict] = []  # globals given a `type` of their own
         self._typed_ids: set[int] = set()
         self.prev: Any = None
@@ -102,6 +107,9 @@ class Coverage:
             if code.co_freevars:  # which function of this code runs: the values of its cells tell
                 local = frame.f_locals
                 self.frees.setdefault(code, set()).add(tuple(id(local.get(n)) for n in code.co_freevars))
+                mods = {n: v for n in code.co_freevars if isinstance(v := local.get(n), types.ModuleType)}
+                if mods:  # (module_reads.py follows their attributes)
+                    self.free_modules.setdefault(code, {}).update(mods)
         if kind & _TYPE:
             self._give_type(frame.f_globals)
         back = frame.f_back

@@ -26,7 +26,17 @@ from specengine.prologue.inputs import (
     ObjectSpec,
     TensorSpec,  # fmt: skip
 )
-from specengine.trace import compiling, coverage, effects, mutations, objects, torch_settings, unbound_methods, writes
+from specengine.trace import (
+    compiling,
+    coverage,
+    effects,
+    module_reads,
+    mutations,
+    objects,
+    torch_settings,
+    unbound_methods,
+    writes,
+)
 from specengine.trace.context import NameGen, TraceState, tracing
 from specengine.trace.exceptions import check_caught
 from specengine.trace.proxies import NumberProxy, TensorProxy, tensor_isinstance, unflatten_size
@@ -128,7 +138,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     args, kwargs = _call_args(specs.signature, values)
     target = unwrap(callable_target(fn))[0]  # the function under partials and bound methods
     _check_function(target)
-    state.outside_roots = effects.captured_values(target)  # where tensors closed over from outside are found
+    state.outside_roots = effects.captured_values(target) + module_reads.roots(target)  # where outside tensors are
     modules = [m for _, _, m in specs.modules]
     inputs = _attribute_inputs(modules, specs.promoted)
     plain = [d for k, d in specs.roots.items() if k.startswith("_obj_")]  # bound `self` of plain objects
@@ -162,6 +172,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
         out = tuple(state.output_plan.leaves)
     specs.captured = captured_transitively(target, modules, ran)  # baked in: the prologue guards them
     _guard_config_objects(specs, plain, shadows.outside)
+    _guard_containers(specs)
     torch_settings.note_captured(state, specs.captured)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
     specs.layout_facts = list(state.layout_facts)
@@ -175,12 +186,32 @@ def _guard_config_objects(specs: InputSpecs, plain: list, constants: list) -> No
     (objects that are not plain, guarded by identity): their fields."""
     from specengine.prologue.structure import ObjectsGuard, config_objects_of, config_tree, contents_guards
 
-    named = [(f"global {c[1]}" if c[0] == "global" else f"closure variable {c[1][1]}", c[2]) for c in specs.captured]
+    named = [(_captured_text(c), c[2]) for c in specs.captured]
     named += [(f"self.{k}", v) for d in plain for k, v in d.items()] + constants
     found = config_objects_of(named)
     if found:
         specs.structure.append(ObjectsGuard(found))
         specs.external += [g for obj in config_tree(v for _, v in found) for g in contents_guards(obj)]
+
+
+def _guard_containers(specs: InputSpecs) -> None:
+    """A list or dict of values with value semantics read as a global, a module attribute or a closure variable
+    (`CFG["scale"]`, `mymod.ORDER[0]`) can change in place between calls: its contents are compared on every call
+    (its identity is guarded with the other captured values)."""
+    from specengine.prologue.external import ObjGuard, has_value_semantics
+
+    for c in specs.captured:
+        value = c[2]
+        if type(value) in (list, dict):
+            contents = tuple(value.items()) if type(value) is dict else tuple(value)
+            if has_value_semantics(contents):
+                key = f"_held_{id(value)}"
+                read = f"tuple({key}.items())" if type(value) is dict else f"tuple({key})"
+                specs.external.append(ObjGuard(read, f"the contents of {_captured_text(c)}", contents, {key: value}))
+
+
+def _captured_text(c: tuple) -> str:
+    return f"global {c[1]}" if c[0] == "global" else c[1][1] if c[0] == "attr" else f"closure variable {c[1][1]}"
 
 
 def _note_autocast_reads(state: TraceState) -> None:

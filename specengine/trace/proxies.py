@@ -25,6 +25,7 @@ from specengine.constraints import floats
 from specengine.errors import UnsupportedOpError
 from specengine.provenance import _is_internal, user_frame
 from specengine.trace import context, symnode
+from specengine.trace.pytypes import seen_class
 
 _DTYPE_SHORT = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -134,6 +135,10 @@ class TensorProxy(Proxy):
         self.device = device
         self.requires_grad = requires_grad
         self.tensor_type = tensor_type  # the input's class (nn.Parameter, a subclass): what isinstance sees
+
+    @property
+    def __class__(self) -> type:  # noqa: PLE0302 - `x.__class__` in the user's code is eager's (trace/pytypes.py)
+        return seen_class(self.tensor_type, TensorProxy)
 
     @property
     def ndim(self) -> int:
@@ -359,6 +364,10 @@ class SymSize(tuple):
     """
 
     __slots__ = ()
+
+    @property
+    def __class__(self) -> type:  # noqa: PLE0302 - `x.shape.__class__` in the user's code is torch.Size
+        return seen_class(torch.Size, SymSize)
 
     def numel(self) -> Any:
         return math.prod(self, start=1)

@@ -12,13 +12,22 @@ subclass of `type` whose metaclass makes it behave as `type` everywhere:
   builtin's answers; `type.__new__`, `type.mro`, `type.__name__` are the builtin's;
 - a metaclass defined while tracing (`class M(type)`) is a subclass of it and behaves as usual.
 
-A module that defines its own `type` keeps it. Nested and concurrent traces share one global per module (counted).
+A module that defines its own `type` keeps it. A global alias of the builtin (`T = type`) is `traced_type` too
+meanwhile, and a global `builtins` a view of the builtins whose `type` is `traced_type` (`builtins.type(x)`).
+Nested and concurrent traces share one global per module (counted).
+
+`x.__class__` of a tensor proxy or a symbolic shape (`seen_class`) is eager's class where code outside specengine
+reads the attribute, and the proxy's class where C code reads it inside `isinstance`.
 """
 
 from __future__ import annotations
 
+import builtins
+import dis
+import os
 import sys
 import threading
+import types
 from typing import Any
 
 import torch
@@ -75,17 +84,67 @@ def type_of(obj: Any) -> type:
     return t
 
 
+_SPECENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_class_reads: dict[int, tuple] = {}  # id(code) -> (code, offsets of its `LOAD_ATTR __class__`): hashing a code is slow
+
+
+def seen_class(eager: type, own: type) -> type:
+    """`proxy.__class__` (a property of TensorProxy and SymSize): `eager` where code outside specengine reads the
+    attribute itself (the frame below the property is executing a `LOAD_ATTR __class__`), `own` where it is read
+    for C code (`isinstance` reads `__class__` when the type alone does not answer: torch's C code checks tensors
+    that way, and must not take a proxy for one)."""
+    frame = sys._getframe(2)
+    code = frame.f_code
+    held = _class_reads.get(id(code))
+    if held is None or held[0] is not code:
+        if len(_class_reads) > 4096:
+            _class_reads.clear()
+        held = _class_reads[id(code)] = (code, _offsets(code))
+    return eager if frame.f_lasti in held[1] else own
+
+
+def _offsets(code: types.CodeType) -> frozenset:
+    if code.co_filename.startswith(_SPECENGINE):
+        return frozenset()
+    reads = ("LOAD_ATTR", "LOAD_METHOD")
+    return frozenset(i.offset for i in dis.get_instructions(code) if i.opname in reads and i.argval == "__class__")
+
+
+def names_type(code: types.CodeType, glb: dict) -> bool:
+    """Whether `code` may call the builtin `type` (by that name, an alias such as `T = type`, or `builtins.type`)."""
+    return "type" in code.co_names or any(glb.get(n) is _real_type or glb.get(n) is builtins for n in code.co_names)
+
+
+class _BuiltinsView(types.ModuleType):
+    """What a user module's global `builtins` is while a trace runs: the builtins, with `type` answering for
+    proxies (`builtins.type(x)`)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(builtins, name)
+
+
+_builtins_view = _BuiltinsView("builtins", builtins.__doc__)
+_builtins_view.type = traced_type
+_MISSING = object()
+
+
 def give_type(glb: dict) -> bool:
-    """Put `traced_type` in a module's globals unless the module has a `type` of its own; whether it did."""
+    """Put `traced_type` in a module's globals as `type` (unless the module has a `type` of its own) and in place of
+    each global alias of the builtin (`T = type`), and the builtins view in place of a global `builtins`; whether
+    it did anything."""
     with _lock:
         held = _given.get(id(glb))
         if held is not None and held[0] is glb:
             held[1] += 1
             return True
-        if "type" in glb:
+        swaps = {n: v for n, v in glb.items() if type(n) is str and (v is _real_type or v is builtins)}
+        if "type" not in glb:
+            swaps["type"] = _MISSING
+        if not swaps:
             return False
-        glb["type"] = traced_type
-        _given[id(glb)] = [glb, 1]
+        for name, old in swaps.items():
+            glb[name] = _builtins_view if old is builtins else traced_type
+        _given[id(glb)] = [glb, 1, swaps]
         return True
 
 
@@ -97,5 +156,9 @@ def take_type(glb: dict) -> None:
         held[1] -= 1
         if held[1] == 0:
             del _given[id(glb)]
-            if glb.get("type") is traced_type:
-                del glb["type"]
+            for name, old in held[2].items():
+                if glb.get(name) is (_builtins_view if old is builtins else traced_type):  # else reassigned since
+                    if old is _MISSING:
+                        del glb[name]
+                    else:
+                        glb[name] = old

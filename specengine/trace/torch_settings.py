@@ -95,6 +95,9 @@ def note_captured(state: Any, captured: list) -> None:
         for name in GETTERS:
             if value is _real(name) and name != "get_autocast_dtype":
                 note_read(state, name, (), value())
+        held = backend_flags.held_getter(value) if callable(value) else None  # `from torch._C import _get_...`
+        if held is not None and held != "_C._get_fp32_precision_getter":
+            note_read(state, held, (), real_getter(held)())
 
 
 def _setter(name: str, real: Callable) -> Callable:
@@ -163,19 +166,20 @@ def real_getter(name: str) -> Callable:
 
 def snapshot() -> tuple:
     """The settings and the default generator's random state, read without noting anything."""
-    values = tuple(_real(n)() for n in GETTERS if n not in ("get_autocast_dtype", "get_default_device"))
-    return values, torch.default_generator.get_state(), backend_flags.snapshot(), _cuda_rng()
+    with quiet():  # (torch's getters call the C getters, wrapped while tracing)
+        values = tuple(_real(n)() for n in GETTERS if n not in ("get_autocast_dtype", "get_default_device"))
+        return values, torch.default_generator.get_state(), backend_flags.snapshot(), _cuda_rng()
 
 
 def check_unchanged(before: tuple, state: Any) -> None:
     """Refuse a trace that changed a setting, or drew random numbers (ops run eagerly at trace time)."""
-    values, rng, *_ = snapshot()
+    values, rng, flags, _ = snapshot()
     names = [n for n in GETTERS if n not in ("get_autocast_dtype", "get_default_device")]
     for name, old, new in zip(names, before[0], values):
         if old != new:
             raise UnsupportedOpError(f"changing torch.{name}() inside a compiled function", "<traced function>",
                                      "the change would happen only while tracing; change it outside")  # fmt: skip
-    for (name, old), (_, new) in zip(before[2], backend_flags.snapshot()):
+    for (name, old), (_, new) in zip(before[2], flags):
         if old != new:
             raise UnsupportedOpError(f"changing torch.{name} inside a compiled function", "<traced function>",
                                      "the change would happen only while tracing; change it outside")  # fmt: skip
