@@ -8,11 +8,13 @@ compared with eager (sizes 0, 1 and 2 among them) and the exact numbers of compi
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 from helpers import counts
 
 import specengine
+from specengine import UnsupportedOpError
 
 
 def _same(cfn, model, *args, **kwargs):
@@ -140,3 +142,139 @@ def test_a_module_read_by_a_helper_is_state():
         _LIN.bias.fill_(3.0)
     torch.testing.assert_close(cfn(torch.ones(2, 3)), f(torch.ones(2, 3)))
     assert counts(cfn) == (1, 3)
+
+
+class _GradReverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.alpha = alpha
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return -ctx.alpha * g, None
+
+
+class _Ident(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x  # apply still returns a new tensor: later uses of x must not get its backward
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 100
+
+
+def _grads(fn, *args):
+    leaves = [a.detach().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    out = fn(*leaves)
+    out.sum().backward()
+    return out, [a.grad for a in leaves if isinstance(a, torch.Tensor)]
+
+
+def test_a_custom_autograd_function_runs_its_own_backward():
+    def f(x, alpha):
+        return (_GradReverse.apply(x * 2, alpha) + _Ident.apply(x) * 3 + x).sum(-1)
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n, alpha in ((3, 0.5), (0, 0.5), (1, 2.0), (2, 0.5)):
+        x = torch.randn(n, 2)
+        torch.testing.assert_close(_grads(cfn, x, alpha), _grads(f, x, alpha))
+    assert counts(cfn) == (2, 2)  # forward's view_as asks whether the size is 0: a guard (its decisions are guards)
+
+
+class _TopIndex(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        idx = x.argmax(-1)
+        ctx.mark_non_differentiable(idx)
+        return x.softmax(-1), idx
+
+    @staticmethod
+    def backward(ctx, g, gi):
+        return g * 3
+
+
+def test_a_non_differentiable_output_of_a_custom_function():
+    def f(x):
+        p, i = _TopIndex.apply(x)
+        return p * 2, i, i.requires_grad, p.requires_grad
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n in (3, 1):
+        x = torch.randn(2, n, requires_grad=True)
+        assert cfn(x)[2:] == f(x)[2:] == (False, True)
+        torch.testing.assert_close(cfn(x)[:2], f(x)[:2])
+    with torch.no_grad():
+        assert cfn(x)[3] is False
+    assert counts(cfn) == (2, 3)  # the no_grad call is an entry of its own
+
+
+def test_activation_checkpointing_is_traced_through():
+    import torch.utils.checkpoint as cp
+
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+
+    def f(x, reentrant):
+        return model[2](cp.checkpoint(model[:2], x, use_reentrant=reentrant))
+
+    cfn = specengine.compile(f, dynamic=True)
+    for n, reentrant in ((3, False), (0, False), (1, True), (2, True)):
+        x = torch.randn(n, 3)
+        got = _grads(cfn, x, reentrant), [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        expected = _grads(f, x, reentrant), [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        torch.testing.assert_close(got, expected)
+    assert counts(cfn) == (2, 2)
+
+
+def test_full_backward_hooks_and_rnn_modules_are_refused_cleanly():
+    model = nn.Linear(3, 2)
+    cfn = specengine.compile(model, dynamic=True)
+    _same(cfn, model, torch.randn(2, 3))
+    model.register_full_backward_hook(lambda mod, gin, gout: None)
+    with pytest.raises(UnsupportedOpError, match="full backward hooks"):
+        cfn(torch.randn(2, 3))
+    lstm = nn.LSTM(3, 4)
+    with pytest.raises(UnsupportedOpError, match="RNNBase"):
+        specengine.compile(lstm, dynamic=True)(torch.randn(2, 1, 3))
+    assert all(type(w) is nn.Parameter for w in lstm._flat_weights)
+    lazy = nn.LazyLinear(2)
+    with pytest.raises(UnsupportedOpError, match="lazy module"):
+        specengine.compile(lazy, dynamic=True)(torch.randn(2, 3))
+
+
+class _RegistersInForward(nn.Module):
+    def forward(self, x):
+        if not hasattr(self, "acc"):
+            self.register_buffer("acc", torch.zeros_like(x))
+        return x + self.acc
+
+
+def test_registering_a_buffer_in_forward_is_refused_and_leaves_no_proxy():
+    model = _RegistersInForward()
+    with pytest.raises(UnsupportedOpError, match="register_buffer"):
+        specengine.compile(model, dynamic=True)(torch.ones(2))
+    assert dict(model._buffers) == {}
+    torch.testing.assert_close(model(torch.ones(2)), torch.ones(2))
+
+
+def test_attention_modules_and_inplace_activations_trace():
+    mha = nn.MultiheadAttention(8, 2, batch_first=True)  # reads query.is_nested
+    cfn = specengine.compile(mha, dynamic=True)
+    for b, t in ((2, 3), (1, 1), (2, 5)):
+        q = torch.randn(b, t, 8)
+        torch.testing.assert_close(cfn(q, q, q), mha(q, q, q))
+    net = nn.Sequential(nn.Linear(3, 3), nn.ReLU(inplace=True), nn.Dropout(0.5, inplace=True), nn.SiLU(inplace=True))
+    cnet = specengine.compile(net, dynamic=True)
+    for i, n in enumerate((2, 0, 1)):
+        torch.manual_seed(i)
+        expected = net(torch.ones(n, 3))
+        torch.manual_seed(i)
+        torch.testing.assert_close(cnet(torch.ones(n, 3)), expected)
+    x = torch.randn(4)
+    relu_ = specengine.compile(lambda x: torch.nn.functional.relu(x, inplace=True) * 2, dynamic=True)
+    torch.testing.assert_close(relu_(x), x * 2)  # x itself was rectified
+    assert (x >= 0).all()
+    assert counts(cfn)[0] <= 2 and counts(cnet) == (1, 2)

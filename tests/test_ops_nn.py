@@ -441,7 +441,6 @@ UNSUPPORTED = [
     ("data-dependent u0", lambda x: x if x.sum().item() > 0 else -x),
     ("Tensor.tolist", lambda x: x.tolist()),  # 2-D
     ("embedding(max_norm", lambda x: F.embedding(x.long().abs(), x, max_norm=1.0)),
-    ("dropout(inplace=True)", lambda x: F.dropout(x, 0.5, inplace=True)),
 ]
 
 

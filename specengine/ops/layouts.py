@@ -43,4 +43,7 @@ def is_contiguous(self: TensorProxy, memory_format: Any = torch.contiguous_forma
 
 
 TensorProxy.layout = property(_layout)
+# static facts: such inputs are refused when a call is described, and the prologue checks the layout
+for _flag in ("is_nested", "is_sparse", "is_sparse_csr", "is_quantized", "is_mkldnn"):
+    setattr(TensorProxy, _flag, property(lambda self: False))
 TensorProxy.is_contiguous = is_contiguous

@@ -318,9 +318,12 @@ def dropout(input: TensorProxy, p: float = 0.5, training: bool = True, inplace: 
     p = float(p)
     if p < 0.0 or p > 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if inplace:
-        raise unsupported("dropout(inplace=True)", "use inplace=False")
-    return _dropout(input, p, bool(training))
+    out = _dropout(input, p, bool(training))
+    if inplace and out is not input:  # written back into the input (the torch executor runs F.dropout as it is)
+        from specengine.ops.ltorch_inplace import copy_to
+
+        return copy_to(input, out)
+    return out
 
 
 # kept: torch.dropout, the same rule as F.dropout

@@ -95,12 +95,18 @@ def has_proxy(tree: Any) -> bool:
     return any(isinstance(x, Proxy) for x in tree_leaves(tree))
 
 
+# functionals with a hand-written out-of-place rule whose `inplace=True` is the in-place op (nn.ReLU(inplace=True))
+_INPLACE_VARIANTS = {torch.nn.functional.relu: torch.relu_, torch.nn.functional.silu: torch._C._nn.silu_}
+
+
 def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
     """Route a torch call seen while tracing to its symbol; calls without proxies run eagerly.
 
     An in-place op on a real tensor (one closed over from outside) would mutate it only while tracing, never on
     cached calls: it is rejected. (Meta tensors are the stand-ins that decompositions run torch's checks on.)
     """
+    if func in _INPLACE_VARIANTS and (kwargs.get("inplace") is True or args[1:2] == (True,)):
+        func, args, kwargs = _INPLACE_VARIANTS[func], args[:1], {}  # F.relu(x, inplace=True): torch.relu_(x)
     sym = TORCH_TABLE.get(func)
     if sym is not None and not sym.pure and args and is_outside_tensor(args[0]) and not args[0].is_meta:
         name = torch.overrides.resolve_name(func) or sym.name

@@ -253,6 +253,10 @@ class _Builder:
         if isinstance(value, torch.Tensor) and self.tensors is not None and id(value) in self.tensors:
             return AliasSpec(path, local, self.tensors[id(value)].local)
         if isinstance(value, torch.Tensor):
+            if value.is_nested or value.is_quantized:
+                kind = "nested" if value.is_nested else "quantized"
+                raise UnsupportedOpError(f"a {kind} tensor input", f"argument {path}", "only strided (dense) tensors "
+                                         "are traced; pass its dense components")  # fmt: skip
             if value.layout is not torch.strided:
                 raise UnsupportedOpError(f"a {value.layout} tensor input", f"argument {path}", "only strided (dense) tensors are "
                                          "traced; convert it with .to_dense() before the call")  # fmt: skip

@@ -51,6 +51,13 @@ class Slot:
             put(self.holder, self.key, value)  # the engine's own swap: no structure change
 
 
+def _lazy(module: torch.nn.Module, name: str) -> Exception:
+    from specengine.trace.proxies import unsupported
+
+    return unsupported(f"a lazy module's uninitialized {name} ({type(module).__name__})", "its shape is made by its "
+                       "first call: call the module once eagerly before compiling it")  # fmt: skip
+
+
 def module_path(qualname: str, kind: str, root: str = "self") -> str:
     """Python text reaching a submodule, parameter or buffer from `root` (`kind`: _modules, ...)."""
     path = root
@@ -98,6 +105,8 @@ class StateBuilder:
             for qual, sub in subs:
                 table = getattr(sub, kind)
                 for name, t in table.items():
+                    if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
+                        raise _lazy(sub, name)
                     if t is not None:
                         q = f"{qual}.{name}" if qual else name
                         read = f"{self.table(table)}[{name!r}]"

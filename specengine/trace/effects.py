@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from specengine.errors import UnsupportedOpError
-from specengine.trace import context, exceptions, torch_settings
+from specengine.trace import autograd_functions, context, exceptions, torch_settings
 
 _lock = threading.Lock()
 _depth = 0
@@ -123,6 +123,7 @@ def _install() -> None:
             _swap_rng(install=True)
             torch_settings.install()
             exceptions.install()
+            autograd_functions.install()
         _depth += 1
 
 
@@ -136,6 +137,7 @@ def _uninstall() -> None:
             _swap_rng(install=False)
             torch_settings.uninstall()
             exceptions.uninstall()
+            autograd_functions.uninstall()
 
 
 @contextmanager

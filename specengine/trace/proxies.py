@@ -124,7 +124,7 @@ def tensor_isinstance() -> Iterator[None]:
 class TensorProxy(Proxy):
     """A tensor during tracing: symbolic dims (canonical int Exprs), dtype, device and requires_grad."""
 
-    __slots__ = ("dims", "dtype", "device", "requires_grad", "tensor_type")
+    __slots__ = ("dims", "dtype", "device", "requires_grad", "tensor_type", "__weakref__")
     __hash__ = object.__hash__  # as eager: a tensor hashes by identity
 
     def __init__(self, name: str, dims: tuple, dtype: torch.dtype, device: torch.device, requires_grad: bool,

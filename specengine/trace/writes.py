@@ -110,6 +110,10 @@ def _check_assignable(m: torch.nn.Module, name: str, value: Any) -> None:
     from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
 
     what = f"assigning {type(m).__name__}.{name} while tracing"
+    if isinstance(m, torch.nn.RNNBase) and name.startswith("_flat_weight"):
+        raise unsupported(f"torch.nn.{type(m).__name__} (an RNNBase module)", "its fused kernel and flat-weight "
+                          "bookkeeping are not traced; use nn.LSTMCell / nn.GRUCell / nn.RNNCell in a loop over "
+                          "time steps")  # fmt: skip
     if name in m._parameters or name in m._modules or isinstance(value, torch.nn.Module):
         raise unsupported(what, "parameters and submodules cannot change inside the compiled function; change "
                           "them outside it (or register a buffer for state)")  # fmt: skip
@@ -140,12 +144,29 @@ def recording(modules: list, inputs: set[tuple[int, str]], promoted: frozenset) 
     structure.install()
     structure.trace_setattr[0], structure.trace_delattr[0] = on_setattr, on_delattr
     rec = _Recorder({id(s) for m in modules for s in m.modules()}, inputs, promoted)
+    tables = [(s, name, getattr(s, name)) for m in modules for s in m.modules() for name in _TABLES]
+    before = [dict(t) for _, _, t in tables]
     token = _recorder.set(rec)
+    ok = False
     try:
         yield rec
+        ok = True
     finally:
         _recorder.reset(token)
         rec.writes = rec.finish()
+        changed = [(s, name, k) for (s, name, t), old in zip(tables, before) for k in revert_changes(t, old)]
+    if changed and ok:  # register_buffer, add_module, `_buffers[k] = ...` in forward: would leave a proxy there
+        from specengine.errors import UnsupportedOpError
+
+        s, name, k = changed[0]
+        code = getattr(type(s).forward, "__code__", None)
+        where = f"{code.co_filename}:{code.co_firstlineno}, in {code.co_name}" if code else type(s).__name__
+        raise UnsupportedOpError(f"registering {type(s).__name__}.{name}[{k!r}] while tracing (register_buffer, "
+                                 "register_parameter, add_module)", where, "register it in __init__, or assign a "
+                                 "tensor attribute (self.x = t), which cached calls reproduce")  # fmt: skip
+
+
+_TABLES = ("_parameters", "_buffers", "_modules")
 
 
 def revert_changes(d: dict, old: dict) -> list:
