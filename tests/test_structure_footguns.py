@@ -168,7 +168,10 @@ def test_a_list_or_dict_field_of_a_config_changed_in_place_is_noticed():
     del model.config.table["sliding"]  # as at first: the first entry serves
     _same(cfn, model, torch.randn(2))
     assert counts(cfn) == (3, 3)
-    assert specengine.recompile_reasons(cfn)[0].startswith("the contents of _Layered.kinds ==")
+    assert specengine.recompile_reasons(cfn)[0] == (
+        "the contents of self.config.kinds == ['full', 'full'] failed: "
+        "the contents of self.config.kinds = ['full', 'full', 'sliding']"
+    )
 
 
 def test_a_transformers_config_field_changed_after_compile_is_noticed():
@@ -237,6 +240,205 @@ def test_a_config_changed_while_tracing_is_refused_and_put_back():
     with pytest.raises(UnsupportedOpError, match=r"changing self.config.scale"):
         cfn(torch.randn(2, 3))
     assert config.scale == 2 and specengine.cache_entries(cfn) == []
+
+
+# Writes that no hook sees (prologue/stamps.py) ------------------------------------------------------------------
+
+
+def test_object_setattr_on_a_module_is_noticed():
+    model = _Scaled()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n, 3))
+    object.__setattr__(model, "k", 3)  # PyDict_SetItem: neither Module.__setattr__ nor WatchedDict.__setitem__ runs
+    _same(cfn, model, torch.randn(2, 3))
+    dict.__setitem__(model.__dict__, "k", 2)  # back: the first entry serves
+    _same(cfn, model, torch.randn(1, 3))
+    object.__setattr__(model.lin, "extra", 1)  # a new attribute of a submodule
+    _same(cfn, model, torch.randn(0, 3))
+    assert counts(cfn) == (3, 3)
+    assert specengine.recompile_reasons(cfn)[0] == "self.k == 2 failed: self.k = 3"
+
+
+def test_a_module_dict_replaced_wholesale_is_noticed():
+    model = _Scaled()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n, 3))
+    object.__setattr__(model, "__dict__", {**vars(model), "k": 5})  # no write to the dict the prologue holds
+    _same(cfn, model, torch.randn(2, 3))
+    lin = model.lin  # a submodule's state replaced, with a new parameter table
+    params = {"weight": nn.Parameter(torch.full((3, 3), 2.0)), "bias": lin.bias}
+    object.__setattr__(lin, "__dict__", {**vars(lin), "_parameters": params})
+    _same(cfn, model, torch.randn(1, 3))
+    _same(cfn, model, torch.randn(0, 3))
+    assert counts(cfn) == (3, 3)
+    assert specengine.recompile_reasons(cfn)[0] == "self: tables is unchanged failed: self: tables changed"
+
+
+def _bypassing_writes():
+    """Writes to a config field that its class's `__setattr__` never sees, each as (name, write(obj, field, value))."""
+    return [("object.__setattr__", lambda o, k, v: object.__setattr__(o, k, v)),
+            ("__dict__[k]", lambda o, k, v: o.__dict__.__setitem__(k, v)),
+            ("vars(o)[k]", lambda o, k, v: vars(o).__setitem__(k, v)),
+            ("__dict__.update", lambda o, k, v: o.__dict__.update({k: v})),
+            ("dict.__setitem__", lambda o, k, v: dict.__setitem__(o.__dict__, k, v)),
+            ("a new __dict__", lambda o, k, v: object.__setattr__(o, "__dict__", {**vars(o), k: v}))]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, write", _bypassing_writes(), ids=[n for n, _ in _bypassing_writes()])
+def test_config_writes_that_bypass_setattr_are_noticed(name, write):
+    config = _Config()
+    model = nn.Sequential(_Configured(config), _Configured(config))
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n, 3))
+    write(config, "scale", 3)
+    _same(cfn, model, torch.randn(2, 3))
+    write(config.inner, "shift", 1.5)  # a nested config object
+    _same(cfn, model, torch.randn(1, 3))
+    write(config, "scale", 2)
+    write(config.inner, "shift", 0.0)  # back: the first entry serves
+    _same(cfn, model, torch.randn(0, 3))
+    assert counts(cfn) == (3, 3)
+    assert specengine.recompile_reasons(cfn)[0] == "self._modules['0'].config.scale == 2 failed: " \
+                                                   "self._modules['0'].config.scale = 3"  # fmt: skip
+
+
+@pytest.mark.parametrize("name, write", _bypassing_writes()[::2], ids=[n for n, _ in _bypassing_writes()[::2]])
+def test_bypassing_writes_to_a_global_config_are_noticed(name, write):
+    cfn = specengine.compile(_uses_global_config, dynamic=True)
+    try:
+        for n in (0, 1, 2):
+            _same(cfn, _uses_global_config, torch.randn(n))
+        write(GLOBAL_CONFIG, "scale", 3)
+        _same(cfn, _uses_global_config, torch.randn(2))
+        write(GLOBAL_CONFIG, "use_scale", False)
+        _same(cfn, _uses_global_config, torch.randn(1))
+    finally:
+        GLOBAL_CONFIG.scale, GLOBAL_CONFIG.use_scale = 2, True
+    _same(cfn, _uses_global_config, torch.randn(0))
+    assert counts(cfn) == (3, 3)
+
+
+class _SlotConfig:
+    __slots__ = ("scale",)
+
+    def __init__(self):
+        self.scale = 2
+
+
+def test_object_setattr_on_a_slotted_config_and_a_bound_self_is_noticed():
+    config = _SlotConfig()
+    model = _Configured(_Config())
+    model.slots = config
+
+    def forward(x):
+        return model.lin(x) * model.slots.scale
+
+    model.forward = forward
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n, 3))
+    object.__setattr__(config, "scale", 3)  # the slot's descriptor: no __setattr__, no dict
+    _same(cfn, model, torch.randn(2, 3))
+    assert counts(cfn) == (2, 2)
+
+    class Runner:
+        def __init__(self):
+            self.k = 2
+
+        def run(self, x):
+            return x * self.k
+
+    runner = Runner()
+    cr = specengine.compile(runner.run, dynamic=True)
+    _same(cr, runner.run, torch.randn(2))
+    object.__setattr__(runner, "__dict__", {"k": 3})  # the prologue held the old __dict__
+    _same(cr, runner.run, torch.randn(1))
+    object.__setattr__(runner, "k", 4)
+    _same(cr, runner.run, torch.randn(0))
+    assert counts(cr) == (3, 0)
+
+
+# In-place changes of containers of objects ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Block:
+    gated: bool = True
+
+
+@dataclasses.dataclass
+class _Stack:
+    acts: list = dataclasses.field(default_factory=lambda: [torch.relu])
+    table: dict = dataclasses.field(default_factory=lambda: {"out": torch.tanh})
+    blocks: list = dataclasses.field(default_factory=lambda: [_Block(), _Block()])
+    groups: tuple = dataclasses.field(default_factory=lambda: ([torch.neg],))
+    name: str = "stack"
+
+
+class _Stacked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.config = _Stack()
+        self.extra = [torch.sigmoid]  # a module attribute: a list of functions
+
+    def forward(self, x):
+        for act in self.config.acts + self.extra + self.config.groups[0]:
+            x = act(x)
+        for block in self.config.blocks:
+            x = x * 2 if block.gated else x
+        return self.config.table["out"](x)
+
+
+def test_containers_of_objects_in_a_config_changed_in_place_are_noticed():
+    model = _Stacked()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n))
+    model.config.acts.append(torch.exp)  # a list of functions
+    _same(cfn, model, torch.randn(2))
+    model.config.table["out"] = torch.sin  # a dict of functions
+    _same(cfn, model, torch.randn(1))
+    model.config.blocks[1].gated = False  # a config object inside a list
+    _same(cfn, model, torch.randn(2))
+    model.config.groups[0][0] = torch.abs  # a list inside a tuple
+    _same(cfn, model, torch.randn(0))
+    model.extra.append(torch.cos)  # a module attribute's list
+    _same(cfn, model, torch.randn(2))
+    model.config.acts.pop()
+    model.config.table["out"] = torch.tanh
+    model.config.blocks[1].gated = True
+    model.config.groups[0][0] = torch.neg
+    model.extra.pop()  # all back: the first entry serves
+    _same(cfn, model, torch.randn(1))
+    assert counts(cfn) == (6, 3)
+    reasons = specengine.recompile_reasons(cfn)
+    assert (
+        reasons[0] == "the contents of self.config.acts is unchanged failed: the contents of self.config.acts changed"
+    )
+    assert reasons[2].endswith("self.config.blocks[1].gated is True failed: self.config.blocks[1].gated = False")
+
+
+def test_the_stamp_is_compared_without_walking(monkeypatch):
+    from specengine.prologue import stamps, structure
+
+    if not stamps.TAGS_READABLE:
+        pytest.skip("dict version tags are not readable on this interpreter")
+    model = _Stacked()
+    cfn = specengine.compile(model, dynamic=True)
+    _same(cfn, model, torch.randn(2))
+    walks = []
+    original = structure.fingerprint
+    monkeypatch.setattr(structure, "fingerprint", lambda *a, **k: walks.append(1) or original(*a, **k))
+    for n in (0, 1, 2):
+        _same(cfn, model, torch.randn(n))
+    assert walks == []
+    object.__setattr__(model.config, "name", "".join(["st", "ack"]))  # an equal value: one walk, no change found
+    _same(cfn, model, torch.randn(1))
+    _same(cfn, model, torch.randn(0))
+    assert len(walks) == 1 and counts(cfn) == (1, 5)
 
 
 # Classes -------------------------------------------------------------------------------------------------------

@@ -109,8 +109,9 @@ def object_guards(obj: Any, owner: str) -> list[ObjGuard]:
     if not isinstance(d, dict):
         return []
     key = f"_obj_{id(obj)}"
-    names = {key: d, "_absent": _ABSENT}
-    out = [ObjGuard(f"len({key})", f"the number of attributes of {owner}", len(d), names)]
+    names = {key: d, "_absent": _ABSENT, f"{key}_self": obj}
+    out = [ObjGuard(f"vars({key}_self)", f"{owner}.__dict__", d, names),  # not replaced by object.__setattr__
+           ObjGuard(f"len({key})", f"the number of attributes of {owner}", len(d), names)]  # fmt: skip
     for attr, value in d.items():
         if type(attr) is str and not isinstance(value, torch.Tensor):  # tensors are inputs (prologue/state.py)
             out.append(ObjGuard(f"{key}.get({attr!r}, _absent)", f"{owner}.{attr}", value, names))

@@ -17,8 +17,7 @@ from typing import Any, Iterator
 import torch
 
 from specengine.prologue.classes import ClassGuard, user_classes
-from specengine.prologue.external import ObjGuard, has_value_semantics
-from specengine.prologue.structure import INTERNAL, StructureGuard, config_objects, contents_guards, put, watch
+from specengine.prologue.structure import INTERNAL, StructureGuard, config_objects, put, watch
 
 
 @dataclass(frozen=True)
@@ -119,12 +118,9 @@ class StateBuilder:
                     continue
                 if isinstance(value, torch.Tensor):
                     self.tensor(path, read, Slot(sub.__dict__, attr), value)
-                elif type(value) in (list, dict):  # changed in place without a write the counter sees
-                    self._contents_guard(path, read, value)
         self.specs.structure.append(StructureGuard(module, path_root, self.promoted))
         configs = list({id(o): o for _, sub in subs for o in config_objects(sub)}.values())
         self.specs.structure.append(ClassGuard([type(s) for _, s in subs] + user_classes(configs), path_root))
-        self.specs.external += [g for obj in configs for g in contents_guards(obj)]
         self._promoted_ints(subs, path_root, glb)
 
     def table(self, d: dict) -> str:
@@ -132,13 +128,6 @@ class StateBuilder:
         one subscript per call instead of a walk from the root. The structure fingerprint has the tables' ids, and
         replacing one bumps EPOCH, so the prologue reads the module's current tables."""
         return self.root(f"_table_{id(d)}", d)
-
-    def _contents_guard(self, path: str, read: str, value: list | dict) -> None:
-        """A list or dict attribute of values with value semantics: its contents, compared on every call."""
-        contents = tuple(value.items()) if type(value) is dict else tuple(value)
-        if has_value_semantics(contents):
-            items = f"tuple(({read}).items())" if type(value) is dict else f"tuple({read})"
-            self.specs.external.append(ObjGuard(items, f"the contents of {path}", contents))
 
     def _promoted_ints(self, subs: list, path_root: str, glb: str) -> None:
         """Int attributes that `forward` assigns (`self.steps += 1`): inputs read on every call, symbolic."""

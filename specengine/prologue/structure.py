@@ -16,12 +16,17 @@ config: a dataclass, a transformers `PretrainedConfig`, any instance of a user c
 the fingerprint field by field, and their class's `__setattr__`/`__delattr__` are wrapped to bump EPOCH for watched
 instances, so `model.config.use_cache = False` is seen. Classes themselves are guarded in `prologue/classes.py`.
 
-Not seen: in-place changes of containers held by a config object (a list field appended to) and writes through
-`object.__setattr__`/`obj.__dict__[k]` on such an object.
+Writes that no Python hook sees (`object.__setattr__(obj, k, v)`, a replaced `__dict__`, `cfg.layers.append(x)`)
+are caught by a stamp compared on every call (`prologue/stamps.py`): the modules' and config objects' `__dict__`
+identities and dict version tags, the items of the lists and sets they hold. The fingerprint (`Graph`) has the
+contents of list, tuple, dict and set values too, and the fields of config objects inside them.
 """
 
 from __future__ import annotations
 
+import argparse
+import collections
+import sys
 import threading
 import types
 import weakref
@@ -32,6 +37,7 @@ import torch.nn.modules.module as module_mod
 from torch.utils.hooks import RemovableHandle
 
 from specengine.prologue.external import has_value_semantics
+from specengine.prologue.stamps import Stamp
 
 EPOCH = [0]
 _watched_modules: set[int] = set()
@@ -353,30 +359,34 @@ def _attr_key(value: Any) -> Any:
 def _shown(key: Any) -> str:
     if key is None:
         return "absent"
+    if key[0] == "items":
+        return "other contents"
     if key[0] == "value":
         return key[2]
     return {"tensor": "a tensor", "id": "an object"}[key[0]] + ("" if key[0] == "tensor" else f" (id {key[1]})")
 
 
-def fingerprint(root: torch.nn.Module, path: str, skip: frozenset = frozenset(), keep: list | None = None) -> dict:
+def fingerprint(root: torch.nn.Module, path: str, skip: frozenset = frozenset(), graph: Graph | None = None) -> dict:
     """What a trace of `root` depends on, item by item: `{"self.fc: class": ..., "self.training": ...}`.
 
     `skip` names attributes (`(id(module), name)`) read as inputs on every call instead (promoted ints). Objects
-    are compared by id: `keep` gets them, so that the guard keeps them alive and no other object can take the id."""
+    are compared by id: a `graph` given keeps them (so that no other object can take the id) and collects what its
+    stamp compares on every call."""
     from specengine.prologue.state import module_path
 
-    out: dict[str, Any] = {}
-    objects: set[int] = set()  # config objects already listed
-    if keep is not None:
-        keep.extend(_global_hook_dicts())
+    g = graph if graph is not None else Graph(None)
+    out = g.out
+    if g.keep is not None:
+        g.keep.extend(_global_hook_dicts())
         for m in root.modules():
-            keep.extend([m, *vars(m).values(), *(v for h in _HOOKS for v in (getattr(m, h, None) or {}).values())])
+            g.keep.extend([m, *vars(m).values(), *(v for h in _HOOKS for v in (getattr(m, h, None) or {}).values())])
     for d, name in zip(_global_hook_dicts(), _GLOBAL_HOOKS):
         out[f"torch.nn.modules.module: {name}"] = tuple((k, id(v)) for k, v in d.items())
-        _hook_fields(out, f"torch.nn.modules.module: {name}", d, keep, objects)
+        _hook_fields(g, f"torch.nn.modules.module: {name}", d)
     tensors: dict[int, str] = {}  # id -> the first place it was seen: which tensors are one (tied weights)
     for qual, m in root.named_modules(remove_duplicate=False):
         p = module_path(qual, "_modules", path)
+        g.owners.append(m)
         out[f"{p}: class"] = ("id", id(type(m)), type(m).__name__)
         out[f"{p}: tables"] = (id(m.__dict__), id(m._parameters), id(m._buffers))  # the prologue reads them
         out[f"{p}: submodules"] = tuple((k, id(v)) for k, v in m._modules.items())
@@ -387,14 +397,12 @@ def fingerprint(root: torch.nn.Module, path: str, skip: frozenset = frozenset(),
             hooks = getattr(m, h, None)
             if hooks:
                 out[f"{p}: {h}"] = tuple((k, id(v)) for k, v in hooks.items())
-                _hook_fields(out, f"{p}: {h}", hooks, keep, objects)
+                _hook_fields(g, f"{p}: {h}", hooks)
         for attr, value in vars(m).items():
             if attr not in INTERNAL and (id(m), attr) not in skip:
-                out[f"{p}.{attr}"] = _attr_key(value)
+                g.walk(f"{p}.{attr}", value, 0)
                 if isinstance(value, torch.Tensor):
                     out[f"{p}.{attr}"] = ("tensor", _first(tensors, value, f"{p}.{attr}"))
-                if is_config_object(value):
-                    _object_fields(out, f"{p}.{attr}", value, keep, objects)
         out[f"{p}.training"] = ("value", bool, repr(m.training))
     return out
 
@@ -412,77 +420,152 @@ def hook_objects(hooks: dict) -> list:
     return [v for v in targets if v is not None and is_config_object(v)]
 
 
-def _hook_fields(out: dict, path: str, hooks: dict, keep: list | None, seen: set) -> None:
+def _hook_fields(g: Graph, path: str, hooks: dict) -> None:
     for i, obj in enumerate(hook_objects(hooks)):
-        _object_fields(out, f"{path}[{i}]", obj, keep, seen)
+        g.walk(f"{path}[{i}]", obj, 0)
 
 
-def _object_fields(out: dict, path: str, obj: Any, keep: list | None, seen: set, depth: int = 0) -> None:
-    """The fields of a config object (and of the config objects it holds, two levels deep), each by `_attr_key`;
-    an object held by several modules (one config for every layer) is listed once, under its first path."""
-    if id(obj) in seen:
-        return
-    seen.add(id(obj))
-    for field, value in object_fields(obj).items():
-        out[f"{path}.{field}"] = _attr_key(value)
-        if keep is not None:
-            keep.append(value)
-        if depth < 2 and is_config_object(value):
-            _object_fields(out, f"{path}.{field}", value, keep, seen, depth + 1)
+_DEPTH = 3  # config objects and containers below a module attribute or a root object
+_CONTAINERS = (list, tuple, dict, set, frozenset, collections.OrderedDict, collections.defaultdict)
+_PLAIN_LIBRARY = (types.SimpleNamespace, argparse.Namespace)  # library classes whose state is the user's data
+
+
+class Graph:
+    """The walk behind a fingerprint: each value by `_attr_key`, the fields of the config objects among them, and
+    the contents of the lists, tuples, dicts and sets among them (three levels deep). It collects what the guard's
+    stamp (`prologue/stamps.py`) compares on every call: the objects whose `__dict__` matters (`owners`), the
+    dicts, lists and sets reached, and the slotted objects."""
+
+    def __init__(self, keep: list | None):
+        self.keep = keep
+        self.out: dict[str, Any] = {}
+        self.owners: list = []
+        self.dicts: list = []
+        self.seqs: list = []
+        self.slotted: list = []
+        self._seen: set[int] = set()  # config objects and containers already listed (under their first path)
+
+    def stamp(self) -> Stamp:
+        return Stamp(self.owners, self.dicts, self.seqs, self.slotted)
+
+    def walk(self, path: str, value: Any, depth: int) -> None:
+        self.out[path] = _attr_key(value)
+        if self.keep is not None:
+            self.keep.append(value)
+        if depth < _DEPTH and id(value) not in self._seen:
+            if is_config_object(value):
+                self._seen.add(id(value))
+                self.fields(path, value, depth)
+            elif type(value) in _CONTAINERS and not has_value_semantics(value):
+                self._seen.add(id(value))
+                self._contents(path, value, depth)
+
+    def fields(self, path: str, obj: Any, depth: int) -> None:
+        """A config object's fields; the contents of its containers only for user classes (a library object's own
+        containers are caches: a logger's level cache)."""
+        if type(getattr(obj, "__dict__", None)) is dict:
+            self.owners.append(obj)
+        slots = _slots(type(obj))
+        if slots:
+            self.slotted.append((obj, tuple(slots)))
+        plain = _user_data(obj)
+        for field, value in object_fields(obj).items():
+            if plain or type(value) not in _CONTAINERS:
+                self.walk(f"{path}.{field}", value, depth + 1)
+            else:
+                self.out[f"{path}.{field}"] = _attr_key(value)
+                if self.keep is not None:
+                    self.keep.append(value)
+
+    def _contents(self, path: str, value: Any, depth: int) -> None:
+        """A container's items: by value where they have value semantics, else by identity (`_attr_key`)."""
+        if isinstance(value, dict):
+            self.dicts.append(value)
+            items = list(dict.items(value))
+            keys: tuple = tuple((_attr_key(k), _attr_key(v)) for k, v in items)
+        else:
+            if isinstance(value, (list, set)):
+                self.seqs.append(value)
+            items = list(enumerate(value))
+            keys = tuple(_attr_key(v) for _, v in items)
+            if isinstance(value, (set, frozenset)):
+                keys = tuple(sorted(keys, key=repr))
+        self.out[f"the contents of {path}"] = _contents_key(value, keys)
+        for k, v in items:
+            if self.keep is not None:
+                self.keep.append(k)
+            self.walk(f"{path}[{k!r}]", v, depth + 1)
+
+
+def _user_data(obj: Any) -> bool:
+    mod = getattr(type(obj), "__module__", "") or ""
+    return isinstance(obj, _PLAIN_LIBRARY) or mod.partition(".")[0] not in sys.stdlib_module_names
+
+
+def _contents_key(value: Any, keys: tuple) -> tuple:
+    """By value, shown as the container, where every item (and key) has value semantics; else the items' keys."""
+    leaves = [k for kv in keys for k in kv] if isinstance(value, dict) else list(keys)
+    if all(k[0] == "value" for k in leaves):
+        if isinstance(value, dict):
+            return ("value", type(value), "{" + ", ".join(f"{k[2]}: {v[2]}" for k, v in keys) + "}")
+        return ("value", type(value), "[" + ", ".join(k[2] for k in keys) + "]")
+    return ("items", type(value), keys)
 
 
 class StructureGuard:
     """The prologue's structure check of one module root for one entry: `guard()` is True while the structure
-    is the one the entry was compiled for; it walks the tree only when EPOCH moved since it last looked."""
+    is the one the entry was compiled for. It walks the tree only when EPOCH moved since it last looked, or when
+    the stamp (`prologue/stamps.py`: the modules' and config objects' `__dict__`s, the containers they hold) shows
+    a write that bypassed every hook (`object.__setattr__(m, k, v)`, a replaced `__dict__`, `cfg.layers.append`)."""
 
     def __init__(self, root: torch.nn.Module, path: str, skip: frozenset = frozenset()):
         watch(root)
         self.root, self.path, self.skip = root, path, skip
         self.keep: list = []
-        self.expected = fingerprint(root, path, skip, self.keep)
+        graph = Graph(self.keep)
+        self.expected = fingerprint(root, path, skip, graph)
+        self.stamp = graph.stamp()
         self.seen = [epoch()]  # the epoch at which the structure was last found unchanged
-        self.failed: int | None = None  # the epoch at which it was last found changed
+        self.failed: tuple = (None, None)  # the epoch and stamp at which it was last found changed
         self.key = tuple(sorted(self.expected.items(), key=lambda kv: kv[0]))
 
     def __call__(self) -> bool:
-        now = epoch()
-        if now == self.failed:
-            return False  # found changed at this epoch already: no second walk
+        now, (failed, state) = epoch(), self.failed
+        if now == failed and self.stamp.matches(state):
+            return False  # found changed in this very state already: no second walk
         if fingerprint(self.root, self.path, self.skip) != self.expected:
-            self.failed = now
+            self.failed = (now, self.stamp.snapshot())
             return False
         watch(self.root)  # the same structure under new objects (a dict reassigned): watch them too
-        self.seen[0] = now
+        self.stamp.arm()
+        self.seen[0] = epoch()
         return True
 
     def prologue_check(self, name: Callable) -> tuple[str, str]:
         """(Python that is true when the check fails, its text), with `name(value, hint)` naming globals."""
         epoch, guard, seen = name(EPOCH, "epoch"), name(self, "structure"), name(self.seen, "seen")
-        return f"{epoch}[0] != {seen}[0] and not {guard}()", f"the structure of module {self.path} is unchanged"
+        fresh = name(self.stamp.fresh, "stamp")
+        fail = f"({epoch}[0] != {seen}[0] or not {fresh}()) and not {guard}()"
+        return fail, f"the structure of module {self.path} is unchanged"
 
     def explain(self) -> str:
         """The first changed item, as `<what> == <expected> failed: <what> = <actual>`."""
-        actual = fingerprint(self.root, self.path, self.skip)
-        for k, v in self.expected.items():
-            if actual.get(k) != v:
-                return _message(k, v, actual.get(k))
-        for k, v in actual.items():
-            if k not in self.expected:
-                return _message(k, None, v)
-        return "the module structure is unchanged"
+        return _first_change(self.expected, fingerprint(self.root, self.path, self.skip), "the module structure")
 
 
 class ObjectsGuard:
     """Config objects the program reads outside module trees (globals, closure variables, a bound method's
-    `self` attributes): their fields, compared when EPOCH moved (their class's setattr bumps it), as for modules."""
+    `self` attributes): their fields and the contents of their containers, compared when the stamp moved."""
 
     def __init__(self, objects: list[tuple[str, Any]]):
         self.objects = objects  # (path, object)
         self._watch()
         self.path = ", ".join(p for p, _ in objects)
         self.keep: list = [obj for _, obj in objects]
-        self.expected = self._fields(self.keep)
-        self.seen = [epoch()]
+        graph = Graph(self.keep)
+        self.expected = self._fields(graph)
+        self.stamp = graph.stamp()
+        self.failed = None  # the stamp under which the fields were last found changed
         self.key = tuple(sorted(self.expected.items(), key=lambda kv: kv[0]))
 
     def _watch(self) -> None:
@@ -490,47 +573,35 @@ class ObjectsGuard:
             for obj in config_tree(obj for _, obj in self.objects):
                 _watch_object(obj)
 
-    def _fields(self, keep: list | None) -> dict:
-        out: dict[str, Any] = {}
-        seen: set[int] = set()
+    def _fields(self, graph: Graph | None = None) -> dict:
+        g = graph if graph is not None else Graph(None)
         for path, obj in self.objects:
-            _object_fields(out, path, obj, keep, seen)
-        return out
+            g.walk(path, obj, 0)
+        return {k: v for k, v in g.out.items() if k not in {p for p, _ in self.objects}}
 
     def __call__(self) -> bool:
-        if self._fields(None) != self.expected:
+        if self.failed is not None and self.stamp.matches(self.failed):
+            return False
+        if self._fields() != self.expected:
+            self.failed = self.stamp.snapshot()
             return False
         self._watch()  # (nested objects replaced by equal ones)
-        self.seen[0] = epoch()
+        self.stamp.arm()
         return True
 
     def prologue_check(self, name: Callable) -> tuple[str, str]:
-        epoch, guard, seen = name(EPOCH, "epoch"), name(self, "objects"), name(self.seen, "seen")
-        return f"{epoch}[0] != {seen}[0] and not {guard}()", f"the fields of {self.path} are unchanged"
+        guard, fresh = name(self, "objects"), name(self.stamp.fresh, "stamp")
+        return f"not {fresh}() and not {guard}()", f"the fields of {self.path} are unchanged"
 
     def explain(self) -> str:
-        actual = self._fields(None)
-        for k in list(self.expected) + [k for k in actual if k not in self.expected]:
-            if actual.get(k) != self.expected.get(k):
-                return _message(k, self.expected.get(k), actual.get(k))
-        return "the fields are unchanged"
+        return _first_change(self.expected, self._fields(), "the fields")
 
 
-def contents_guards(obj: Any) -> list:
-    """List and dict fields of a config object (`config.layer_types`) are changed in place without a write that
-    bumps EPOCH: their contents are compared on every call, where they have value semantics."""
-    from specengine.prologue.external import ObjGuard
-
-    key = f"_cfg_{id(obj)}"
-    by_dict = type(getattr(obj, "__dict__", None)) is dict
-    out = []
-    for field, value in object_fields(obj).items():
-        contents = tuple(value.items()) if type(value) is dict else tuple(value) if type(value) is list else None
-        if contents is not None and has_value_semantics(contents):
-            read = f"{key}.__dict__.get({field!r})" if by_dict else f"getattr({key}, {field!r}, None)"
-            items = f"tuple(({read} or {{}}).items())" if type(value) is dict else f"tuple({read} or ())"
-            out.append(ObjGuard(items, f"the contents of {type(obj).__name__}.{field}", contents, {key: obj}))
-    return out
+def _first_change(expected: dict, actual: dict, what: str) -> str:
+    for k in list(expected) + [k for k in actual if k not in expected]:
+        if actual.get(k) != expected.get(k):
+            return _message(k, expected.get(k), actual.get(k))
+    return f"{what} is unchanged"
 
 
 def config_objects_of(values: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -539,7 +610,7 @@ def config_objects_of(values: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
 
 
 def _message(what: str, expected: Any, actual: Any) -> str:
-    if ":" in what:
+    if ":" in what or "items" in (expected or ("",))[:1]:
         return f"{what} is unchanged failed: {what} changed"
     if isinstance(expected, tuple) and expected[:2] == ("value", bool):
         return f"{what} is {expected[2]} failed: {what} = {_shown(actual)}"

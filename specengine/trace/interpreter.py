@@ -184,14 +184,13 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
 def _guard_config_objects(specs: InputSpecs, plain: list, constants: list) -> None:
     """Config objects read as globals, closure variables or attributes of a bound `self`, or passed in as constants
     (objects that are not plain, guarded by identity): their fields."""
-    from specengine.prologue.structure import ObjectsGuard, config_objects_of, config_tree, contents_guards
+    from specengine.prologue.structure import ObjectsGuard, config_objects_of
 
     named = [(_captured_text(c), c[2]) for c in specs.captured]
     named += [(f"self.{k}", v) for d in plain for k, v in d.items()] + constants
     found = config_objects_of(named)
     if found:
         specs.structure.append(ObjectsGuard(found))
-        specs.external += [g for obj in config_tree(v for _, v in found) for g in contents_guards(obj)]
 
 
 def _guard_containers(specs: InputSpecs) -> None:
