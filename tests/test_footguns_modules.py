@@ -278,3 +278,43 @@ def test_attention_modules_and_inplace_activations_trace():
     torch.testing.assert_close(relu_(x), x * 2)  # x itself was rectified
     assert (x >= 0).all()
     assert counts(cfn)[0] <= 2 and counts(cnet) == (1, 2)
+
+
+class _HookedInForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.grads = []
+
+    def save(self, g):
+        self.grads.append(g.clone())
+
+    def forward(self, x):
+        h = self.lin(x)
+        h.register_hook(self.save)
+        h.register_hook(lambda g: g * 2)
+        return h.relu()
+
+
+def test_a_tensor_hook_registered_in_forward_runs_on_every_call():
+    model = _HookedInForward()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (2, 0, 1):
+        x = torch.randn(n, 3)
+        got = [cfn(x).sum().backward(), model.lin.weight.grad.clone(), model.grads[-1]][1:]
+        model.zero_grad()
+        expected = [model(x).sum().backward(), model.lin.weight.grad.clone(), model.grads[-1]][1:]
+        model.zero_grad()
+        torch.testing.assert_close(got, expected)
+    assert len(model.grads) == 6
+    with torch.no_grad(), pytest.raises(RuntimeError, match="doesn't require gradient"):
+        cfn(torch.randn(2, 3))
+
+    def holds_a_proxy(x):
+        y = x * 2
+        x.register_hook(lambda g: g * y)
+        return y
+
+    with pytest.raises(UnsupportedOpError, match="holds traced values"):
+        specengine.compile(holds_a_proxy, dynamic=True)(torch.randn(2, requires_grad=True))
+    assert counts(cfn) == (2, 1)  # self.grads was an empty list (its contents are guarded) at the first compile

@@ -1,4 +1,4 @@
-"""Custom `torch.autograd.Function`s and activation checkpointing while tracing.
+"""Custom `torch.autograd.Function`s, tensor hooks and activation checkpointing while tracing.
 
 `MyFn.apply(x, n)` on proxies is one op of the trace: the computation calls `MyFn.apply` itself on every call, so its
 backward is the user's, run by autograd as in eager. The output proxies are made by running `MyFn.forward` on the
@@ -7,6 +7,9 @@ the decisions it takes on sizes become guards, and the ops it records are discar
 output is a fresh proxy, also where `forward` returned an input (`apply` returns a new tensor then too).
 Refused: `ctx.mark_dirty` (an in-place forward), non-tensor outputs, and `torch.nn.modules._functions.
 BackwardHookFunction` (modules with full backward hooks).
+
+`t.register_hook(fn)` is an op of the computation: every call registers `fn` (the function seen while tracing, which
+must hold no proxies) on its tensor.
 
 `torch.utils.checkpoint.checkpoint(fn, *args)` is traced as `fn(*args)`: the values and gradients are the same, the
 activations are kept instead of recomputed (the memory saving is not reproduced).
@@ -143,3 +146,39 @@ def uninstall() -> None:
         _Function.apply = _real_apply
     if checkpoint_mod._checkpoint_without_reentrant_generator is _generator:
         checkpoint_mod._checkpoint_without_reentrant_generator = _real_generator
+
+
+class _TraceHandle:
+    """What `t.register_hook(fn)` returns while tracing: the hook is registered by every cached call."""
+
+    def remove(self) -> None:
+        raise unsupported("removing a tensor hook inside the compiled function", "register it outside, or keep it")
+
+
+def register_hook(self: TensorProxy, hook: Any) -> _TraceHandle:
+    """`t.register_hook(fn)` in the traced function: an op of the computation that registers `fn` on the tensor of
+    every call. `fn` is the function object seen while tracing, so it must not hold traced values (proxies)."""
+    if not callable(hook):
+        raise TypeError(f"register_hook expects a callable, got {type(hook).__name__}")
+    if not self.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    held = [c.cell_contents for c in getattr(hook, "__closure__", None) or () if _filled(c)]
+    held += list(getattr(hook, "__defaults__", None) or ()) + [getattr(hook, "__self__", None)]
+    if any(isinstance(x, Proxy) for x in tree_leaves(held)):
+        raise unsupported("a tensor hook that holds traced values (a closure over a tensor or size of the trace)",
+                          "register a hook that reads no traced values, or register it outside")  # fmt: skip
+    sym = Symbol(re.sub(r"\W", "_", f"hook_{getattr(hook, '__name__', 'fn')}_{id(hook):x}"), "tensor_hooks",
+                 meta=lambda t: None, impl=lambda t: t.register_hook(hook) and None, pure=False)  # fmt: skip
+    context.require().record(sym, (self,), {})
+    return _TraceHandle()
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+TensorProxy.register_hook = register_hook
