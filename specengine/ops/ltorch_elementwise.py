@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from specengine.ops import prims
 from specengine.ops.ltorch_inplace import _check_broadcast_into, _write, copy_to
+from specengine.ops.overlap import check_write
 from specengine.ops.registry import torchop
 from specengine.ops.utils import broadcast_shapes, convert, expand_to, meta_call, meta_value
 from specengine.trace.proxies import NumberProxy, TensorProxy, is_outside_tensor, unsupported
@@ -331,6 +332,7 @@ def masked_fill(a: TensorProxy, mask: TensorProxy, value: Any) -> TensorProxy:
 @torchop(torch.Tensor.masked_fill_, name="masked_fill_", methods=("masked_fill_",), pure=False)
 def masked_fill_(a: TensorProxy, mask: TensorProxy, value: Any) -> TensorProxy:
     _check_masked_fill(mask, value)
+    check_write(a, (mask,), "masked_fill_", internal=False)  # (an expanded tensor: eager only warns)
     _check_broadcast_into(a, mask, "masked_fill_")
     fill = expand_to(_fill_value(value, a), a.dims)
     return copy_to(a, prims.where(expand_to(mask, a.dims), fill, a))
@@ -391,6 +393,8 @@ def clamp_max(a: TensorProxy, max: Any) -> TensorProxy:  # noqa: A002
 
 
 def _clamp_into(a: TensorProxy, lo: Any, hi: Any, op: str) -> TensorProxy:
+    if lo is not None or hi is not None:  # (else eager's error that one is needed comes first)
+        check_write(a, (lo, hi), op)
     for bound in (lo, hi):
         _check_broadcast_into(a, bound, op)
     return _write(a, _clamp(a, lo, hi, op), op)
@@ -540,6 +544,7 @@ to_bool = _cast_method("bool", torch.bool)
 
 def _binary_inplace(name: str, dunder: str, functional: Symbol) -> Symbol:
     def decomposition(a: TensorProxy, b: Any) -> TensorProxy:
+        check_write(a, (b,), name)
         _check_broadcast_into(a, b, name)
         return _write(a, functional(a, b), name)
 

@@ -13,6 +13,7 @@ from specengine.ops import prims
 from specengine.ops.generic import generic_call
 from specengine.ops.ltorch_index import mask_key
 from specengine.ops.ltorch_views import advanced_index
+from specengine.ops.overlap import check_write
 from specengine.ops.registry import torchop
 from specengine.ops.utils import expand_to, hint, meta_call
 from specengine.trace import context
@@ -67,6 +68,8 @@ def _type_name(dtype: torch.dtype) -> str:
 
 def _binary_inplace(name: str, functional: Any) -> Any:
     def decomposition(a: TensorProxy, b: Any, **kwargs: Any) -> TensorProxy:
+        if name != "sub_" or not _bool_operand(a, b):  # (eager refuses subtracting bools before the overlap check)
+            check_write(a, (b,), name)
         _check_broadcast_into(a, b, name)
         return _write(a, functional(a, b, **kwargs), name)
 
@@ -76,6 +79,10 @@ def _binary_inplace(name: str, functional: Any) -> Any:
     return torchop(method, name=name, methods=(name, f"__i{name[:-1].replace('div', 'truediv')}__"), pure=False)(
         decomposition
     )
+
+
+def _bool_operand(a: TensorProxy, b: Any) -> bool:
+    return a.dtype is torch.bool or (isinstance(b, TensorProxy) and b.dtype is torch.bool) or type(b) is bool
 
 
 def _ltorch() -> Any:
@@ -93,6 +100,7 @@ div_ = _binary_inplace("div_", lambda a, b, **kw: _ltorch().div(a, b, **kw))
 # kept: a broadcast and convert into the written tensor: prims that fusing executors take
 @torchop(torch.Tensor.copy_, name="copy_", methods=("copy_",), pure=False)
 def copy_(a: TensorProxy, src: TensorProxy, non_blocking: bool = False) -> TensorProxy:
+    check_write(a, (src,), "copy_", same_data=True)
     _check_broadcast_into(a, src, "copy_")
     return copy_to(a, expand_to(src, a.dims))
 
@@ -104,6 +112,7 @@ def fill_(a: TensorProxy, value: Any) -> TensorProxy:
         if value.ndim != 0:
             raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} "
                                "dimensions.")  # fmt: skip
+        check_write(a, (), "fill_")
         return copy_to(a, expand_to(value, a.dims))
     meta_call(torch.Tensor.fill_, a, value)
     return copy_to(a, value)
@@ -130,6 +139,7 @@ def setitem(a: TensorProxy, key: Any, value: Any) -> None:
         return
     view = _ltorch().getitem(a, key)
     _check_broadcast_into(view, value, "setitem")
+    check_write(view, (value,), "setitem", expand=True, same_data=True)  # (eager expands the value, then copy_)
     if isinstance(value, TensorProxy) and value.dtype != view.dtype:
         value = prims.convert_element_type(value, view.dtype)
     copy_to(view, expand_to(value, view.dims))

@@ -126,6 +126,7 @@ class InputSpecs:
     layout_facts: list = field(default_factory=list)  # (tensor local, memory format, bool) (ops/layouts.py)
     mutables: dict = field(default_factory=dict)  # id -> (spec, value): lists, dicts, plain objects passed in
     outside_ids: frozenset = frozenset()  # ids of the mutable objects reachable from outside (trace/mutations.py)
+    layouts: dict = field(default_factory=dict)  # tensor local -> its example layout (ops/overlap.layout_of)
 
     def leaves(self, state: bool = True) -> list:
         """Tensor, int and symbolic float specs, depth first (the order of the traced function's parameters);
@@ -189,6 +190,16 @@ def _data_descriptor(cls: type, attr: str) -> bool:
 
 
 _FORMATS = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
+
+
+def example_layout(t: torch.Tensor) -> tuple | None:
+    """(storage key, storage offset, strides, storage bytes, sizes) of a tensor, or None: where its elements are,
+    for the overlap checks of in-place ops made on the example (ops/overlap.py). Plain data: no tensor is kept."""
+    try:
+        storage = t.untyped_storage()
+        return (t.device, storage._cdata), t.storage_offset(), tuple(t.stride()), storage.nbytes(), tuple(t.shape)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
 
 
 def formats_of(t: torch.Tensor) -> tuple[tuple[torch.memory_format, bool], ...]:
@@ -267,6 +278,7 @@ class _Builder:
                 syms.append(self.symbol(name, int(size), f"{path}.shape[{d}]", 0, marks.get(d)))
             spec = TensorSpec(path, local, type(value), value.dtype, value.device, value.requires_grad, tuple(syms),
                               value.is_contiguous(), formats_of(value))  # fmt: skip
+            self.specs.layouts[local] = example_layout(value)
             if self.tensors is not None:
                 self.tensors[id(value)] = spec
             return spec

@@ -54,6 +54,8 @@ class TraceState:
         self.suppressing = 0  # how many `contextlib.suppress` blocks are open
         self.coverage = None  # coverage.Coverage: the user code that runs, while the function runs
         self.input_contiguity: dict[str, bool] = {}  # input tensor name -> contiguous in the example
+        self.input_layouts: dict[str, tuple] = {}  # input tensor name -> its example layout (ops/overlap.py)
+        self.examples = None  # ops/overlap.Examples: meta tensors with the example layouts, built on demand
         self.contiguous_inputs: set[str] = set()  # inputs whose contiguity the trace relies on (the prologue checks it)
         self.pending_binds: list[str] = []  # unbacked sizes to read from the output of the op being recorded
         self.pending: list = []  # run-time checks decided inside the op being recorded (emitted after it)
@@ -151,14 +153,18 @@ class TraceState:
         Returns True where that check must be decided with a guard instead: an exception handler in the user's
         frames would observe it (the op runs inside a `try`), so both outcomes must be traced.
         """
+        if self.observed():
+            return True
+        self.raises[-1] = True
+        return False
+
+    def observed(self) -> bool:
+        """Whether an exception handler in the user's frames observes the op being recorded (marks nothing)."""
         if self._observed[-1] is None:
             from specengine.trace.exceptions import handler_observes
 
             self._observed[-1] = self.suppressing > 0 or handler_observes()
-        if self._observed[-1]:
-            return True
-        self.raises[-1] = True
-        return False
+        return self._observed[-1]
 
     def note_refusal(self, error: Exception) -> None:
         """An UnsupportedOpError was raised: if a handler in the function catches it, the compile is refused."""

@@ -135,6 +135,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     values = [_proxy(p, names, specs.hints, shadows, made) for p in specs.params]
     state_values = [_proxy(p, names, specs.hints, shadows) for p in specs.state]
     state.input_contiguity = {t.local: t.contiguous for t in specs.leaves() if isinstance(t, TensorSpec)}
+    state.input_layouts = {k: v for k, v in specs.layouts.items() if v is not None}
     args, kwargs = _call_args(specs.signature, values)
     target = unwrap(callable_target(fn))[0]  # the function under partials and bound methods
     _check_function(target)

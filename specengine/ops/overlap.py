@@ -1,0 +1,370 @@
+"""Memory overlap of in-place writes: eager's errors, raised where eager raises them.
+
+torch's TensorIterator refuses a write whose output has internal overlap (`x.expand(2, 3).add_(1)`: "more than one
+element of the written-to tensor refers to a single memory location") or partially overlaps one of its inputs
+(`x.t().sub_(x)`: "some elements of the input tensor and the written-to tensor refer to a single memory location");
+a full overlap (the same elements with the same strides) is allowed. The check is made on strides and storage offsets,
+which specengine does not trace. So the rules of in-place ops ask here, before their other checks (eager's order):
+the layouts of the tensors involved are rebuilt for the example sizes by replaying, on meta tensors, the ops that made
+them, from each input's example strides and storage (distinct inputs that share a storage share a meta storage).
+
+Like a broadcast, the check is made on the example only: the torch op itself raises eager's error at run time for
+other inputs, in program order. Where an exception handler in the user's frames observes the op, every size the
+layouts depend on is pinned with a guard (and a root input's contiguity checked by the prologue), so the check goes
+the same way for every input the entry serves; where a layout cannot be rebuilt there, the op is refused.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+from typing import Any
+
+import torch
+
+from specengine.constraints import expr as E
+from specengine.prologue.inputs import example_layout
+from specengine.trace import context, leaves
+from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
+
+PARTIAL = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+           "memory location. Please clone() the tensor before performing the operation.")  # fmt: skip
+INTERNAL = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
+            "location. Please clone() the tensor before performing the operation.")  # fmt: skip
+_UNIT = "the strides of an input's size-1 dims, which the prologue does not check; clone() the inputs"
+_MAX_REPLAY = 4000  # bound symbols replayed per trace at most: beyond, layouts are unknown
+_MAY_RETURN_SELF = frozenset(
+    {
+        "type_as",
+        "atleast_1d",
+        "atleast_2d",
+        "atleast_3d",
+        "dropout",
+        "alpha_dropout",
+        "feature_dropout",
+        "feature_alpha_dropout",
+        "_unsafe_view",
+    }
+)  # (schemas say new)
+
+
+class _Unknown(Exception):
+    """A layout that cannot be rebuilt (a data-dependent size, an op that meta tensors cannot run)."""
+
+
+class Examples:
+    """Meta tensors with the example layouts of a trace's tensors, and what each depends on (memoized).
+
+    A proxy may stand for several tensors in turn: an op that returns its input proxy (`contiguous`, a `to` that
+    changes nothing) rebinds its name at run time to what the op returns, a copy or the same tensor. So a layout
+    is that of a proxy as bound by one bound symbol: the last one before a point of the trace that returns it,
+    skipping in-place ops (which return the tensor they write)."""
+
+    def __init__(self, state: Any):
+        self.state = state
+        self.memo: dict[tuple, tuple] = {}  # (id(proxy), id(binding bsym) or 0) -> (proxy, bsym, meta, deps)
+        self.root_memo: dict[tuple, frozenset] = {}  # the same keys -> roots() (the memo above keeps the bsyms alive)
+        self.defs: dict[int, list[int]] = {}  # id(proxy) -> positions of the top-level bound symbols returning it
+        self.top: list = state.scopes[0]  # (appended to while tracing)
+        self.indexed = 0  # top-level bound symbols indexed so far
+        self.open: list = []  # the bound symbols of the open decompositions, in order (positions after the top's)
+        self.nested: dict[int, list[int]] = {}  # as `defs`, for `open`
+        self.storages: dict[Any, torch.UntypedStorage] = {}  # example storage key -> its meta storage
+        self.replayed = 0
+
+    def sync(self) -> None:
+        """Index the bound symbols recorded since the last check."""
+        top = self.top
+        for i in range(self.indexed, len(top)):
+            for out in top[i].flat_outs():
+                if isinstance(out, TensorProxy):
+                    self.defs.setdefault(id(out), []).append(i)
+        self.indexed = len(top)
+        self.open = [b for scope in self.state.scopes[1:] for b in scope]
+        self.nested = {}
+        for i, bsym in enumerate(self.open, len(top)):
+            for out in bsym.flat_outs():
+                if isinstance(out, TensorProxy):
+                    self.nested.setdefault(id(out), []).append(i)
+
+    def _at(self, pos: int) -> Any:
+        return self.top[pos] if pos < len(self.top) else self.open[pos - len(self.top)]
+
+    def of(self, proxy: TensorProxy, before: int | None = None) -> tuple[torch.Tensor | None, tuple]:
+        """(meta tensor with the example layout of `proxy` as bound before position `before` (default: now), or None
+        where unknown; what that layout depends on: the int Exprs of sizes, and the names of the inputs whose strides
+        and storage it starts from)."""
+
+        def compute(p: TensorProxy, pos: int, bsym: Any) -> tuple:
+            try:
+                meta, deps = self._root(p) if bsym is None else self._replay(bsym, pos, p)
+            except _Unknown:
+                meta, deps = None, ()
+            return (p, bsym, meta, deps)
+
+        hit = self._walk(self.memo, proxy, before, _tensor_args, compute)
+        return hit[2], hit[3]
+
+    def roots(self, proxy: TensorProxy) -> frozenset:
+        """The tensors (as bound) whose storage `proxy` may share now, found without running anything: an op that
+        makes a new tensor (by its aten schema) is a root; through any other op, the roots of its tensor inputs."""
+
+        def compute(p: TensorProxy, pos: int, bsym: Any) -> frozenset:
+            if bsym is None:  # an input: distinct inputs may share a storage
+                layout = self._input_layout(p)
+                return frozenset([("storage", layout[0]) if layout is not None else self._key(p, pos)])
+            if _fresh(bsym):
+                return frozenset([self._key(p, pos)])
+            return frozenset().union(*(self.root_memo[self._key(a, self._binding(a, pos))] for a in _tensor_args(bsym)))
+
+        return self._walk(self.root_memo, proxy, None, lambda b: [] if _fresh(b) else _tensor_args(b), compute)
+
+    def _walk(self, memo: dict, proxy: TensorProxy, before: int | None, inputs: Any, compute: Any) -> Any:
+        """`compute(proxy, position, binding bsym or None)` for `proxy` as bound before `before`, memoized in `memo`,
+        after the values it reads for `inputs(bsym)` (as bound before it). Without recursion: each input binds earlier
+        than the op reading it, so there is no cycle."""
+        goal = self._binding(proxy, len(self.top) + len(self.open) if before is None else before)
+        stack = [(proxy, goal)]
+        while stack:
+            p, pos = stack[-1]
+            key = self._key(p, pos)
+            if key in memo:
+                stack.pop()
+                continue
+            bsym = self._at(pos) if pos >= 0 else None
+            needed = [] if bsym is None else [(a, self._binding(a, pos)) for a in inputs(bsym)]
+            missing = [n for n in needed if self._key(*n) not in memo]
+            if missing:
+                stack.extend(missing)
+                continue
+            memo[key] = compute(p, pos, bsym)
+            stack.pop()
+        return memo[self._key(proxy, goal)]
+
+    def key_now(self, proxy: TensorProxy) -> tuple:
+        return self._key(proxy, self._binding(proxy, len(self.top) + len(self.open)))
+
+    def _key(self, proxy: TensorProxy, pos: int) -> tuple:
+        return (id(proxy), id(self._at(pos)) if pos >= 0 else 0)
+
+    def _binding(self, proxy: TensorProxy, before: int) -> int:
+        """The position of the bound symbol that last bound `proxy` before `before`, not counting in-place ops; -1 where
+        none did (an input)."""
+        positions = self.defs.get(id(proxy), []) + self.nested.get(id(proxy), [])
+        k = bisect.bisect_left(positions, before)
+        while k > 0:
+            bsym = self._at(positions[k - 1])
+            if bsym.sym.pure or not any(a is proxy for a in bsym.flat_args()):
+                return positions[k - 1]
+            k -= 1  # an in-place op: the tensor it writes, as bound before it
+        return -1
+
+    def _input_layout(self, proxy: TensorProxy) -> tuple | None:
+        layout = self.state.input_layouts.get(proxy.name)
+        for p, t, _ in self.state.lifted:
+            if p is proxy:
+                layout = example_layout(t)
+        return layout
+
+    def _root(self, proxy: TensorProxy) -> tuple[torch.Tensor, tuple]:
+        layout = self._input_layout(proxy)
+        if layout is None:
+            raise _Unknown
+        key, offset, strides, nbytes, _ = layout
+        sizes = [self._int(d) for d in proxy.dims]
+        storage = self.storages.get(key)
+        if storage is None:
+            storage = self.storages[key] = torch.UntypedStorage(nbytes, device="meta")
+        with torch._C.DisableTorchFunction():
+            meta = torch.empty(0, dtype=proxy.dtype, device="meta").set_(storage, offset, sizes, strides)
+        named = (proxy.name,) if proxy.name in self.state.input_layouts else ()  # (not a lifted tensor: guarded)
+        return meta, tuple(d for d in proxy.dims if not d.is_const) + named
+
+    def _replay(self, bsym: Any, pos: int, proxy: TensorProxy) -> tuple[torch.Tensor, tuple]:
+        self.replayed += 1
+        if self.replayed > _MAX_REPLAY or not bsym.sym.pure or bsym.sym.impl is None:
+            raise _Unknown
+        deps: list = []
+        args = leaves.map_leaves(lambda v: self._concrete(v, pos, deps), (bsym.args, bsym.kwargs_dict))
+        try:
+            with torch._C.DisableTorchFunction():
+                out = bsym.sym.impl(*args[0], **args[1])
+        except Exception as e:  # an op that meta tensors cannot run (data-dependent, another device)
+            raise _Unknown from e
+        metas = [m for m in leaves.leaves(out) if isinstance(m, torch.Tensor)]
+        outs = [o for o in bsym.flat_outs() if isinstance(o, TensorProxy)]
+        if len(metas) != len(outs):
+            raise _Unknown
+        found = None
+        for o, m in zip(outs, metas):
+            if tuple(m.shape) != tuple(self._int(d) for d in o.dims) or m.device.type != "meta":
+                raise _Unknown  # (not what the trace computed: the replay is not to be trusted)
+            if o is proxy:
+                found = m
+            else:
+                self.memo.setdefault((id(o), id(bsym)), (o, bsym, m, tuple(deps)))
+        if found is None:
+            raise _Unknown
+        return found, tuple(deps)
+
+    def _concrete(self, v: Any, pos: int, deps: list) -> Any:
+        if isinstance(v, TensorProxy):
+            _, _, meta, more = self.memo[self._key(v, self._binding(v, pos))]  # (made before the replay)
+            if meta is None:
+                raise _Unknown
+            deps.extend(more)
+            return meta
+        if isinstance(v, NumberProxy):
+            if v.python_type is int or v.python_type is bool:
+                deps.append(v.expr)
+                return v.python_type(self._int(v.expr))
+            raise _Unknown  # (a symbolic float: no op that makes a view takes one)
+        if isinstance(v, E.Expr):
+            deps.append(v)
+            return self._int(v)
+        if isinstance(v, tuple) and type(v) is not tuple:  # x.shape (a SymSize)
+            return tuple(self._concrete(x, pos, deps) for x in v)
+        if isinstance(v, torch.Tensor):  # a real tensor: its layout, in a storage of its own
+            return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+        return v
+
+    def _int(self, e: E.Expr) -> int:
+        decider = self.state.decider
+        if decider.unbacked.mentions(e):
+            raise _Unknown  # a data-dependent size has no example value (only a stand-in)
+        return int(e.eval(decider.hints))
+
+
+@functools.cache
+def _fresh_name(name: str) -> bool:
+    """Whether torch's op of this name returns a new tensor: no overload that writes nothing returns an alias."""
+    packet = getattr(torch.ops.aten, name, None) if name and name not in _MAY_RETURN_SELF else None
+    if packet is None or not hasattr(packet, "overloads"):
+        return False
+    schemas = [getattr(packet, o)._schema for o in packet.overloads()]
+    pure = [sc for sc in schemas if not sc.is_mutable]
+    return bool(pure) and not any(r.alias_info is not None for sc in pure for r in sc.returns)
+
+
+def _fresh(bsym: Any) -> bool:
+    """Whether a bound symbol makes new tensors (their storage shares nothing with its inputs)."""
+    return bsym.sym.pure and _fresh_name(getattr(bsym.sym.impl, "__name__", "") or "")
+
+
+def _tensor_args(bsym: Any) -> list:
+    return [a for a in bsym.flat_args() if isinstance(a, TensorProxy)]
+
+
+def _dense(t: torch.Tensor) -> bool:
+    return bool(torch.ops.aten.is_non_overlapping_and_dense(t))  # (TensorImpl's flag, which MemoryOverlap reads)
+
+
+def _status(a: torch.Tensor, b: torch.Tensor) -> str:
+    """torch's get_overlap_status (aten/src/ATen/MemoryOverlap.cpp) of two tensors with example layouts: "full"
+    and "partial" where their strides decide it, "partial by range" where their element ranges do."""
+    if a is b:
+        return "same"
+    if a.numel() == 0 or b.numel() == 0:
+        return "no"
+    if not (_dense(a) and _dense(b)):
+        return "too hard"
+    if not torch._C._is_alias_of(a, b):
+        return "no"
+    a0, b0 = a.storage_offset() * a.element_size(), b.storage_offset() * b.element_size()
+    a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
+    if a0 == b0 and a1 == b1:
+        return "full" if a.stride() == b.stride() else "partial"
+    return "partial by range" if a0 < b1 and b0 < a1 else "no"
+
+
+def _examples(state: Any) -> Examples:
+    if state.examples is None:
+        state.examples = Examples(state)
+    return state.examples
+
+
+def check_write(dst: TensorProxy, srcs: tuple = (), op: str = "", internal: bool = True, expand: bool = False,
+                same_data: bool = False) -> None:  # fmt: skip
+    """Raise eager's overlap error where the write of `op` into `dst` (reading the tensors of `srcs`) has one.
+
+    `internal`: the output must not have internal overlap; `expand`: each source is expanded to `dst`'s shape first,
+    as setitem does; `same_data`: a source that is exactly `dst`'s elements (after that) makes the op do nothing (copy_).
+    """
+    srcs = tuple(s for s in srcs if isinstance(s, TensorProxy) and s is not dst)
+    if not srcs and not internal:
+        return
+    state = context.require()
+    ex = _examples(state)
+    ex.sync()
+    observed = state.observed()
+    if not observed:  # only what may overlap: a view written, or sharing storage with a source
+        mine = ex.roots(dst)
+        srcs = tuple(s for s in srcs if mine & ex.roots(s))
+        internal = internal and mine != {ex.key_now(dst)}  # (a tensor an op made: no internal overlap)
+        if not srcs and not internal:
+            return
+    d, deps = ex.of(dst)
+    metas = [ex.of(s) for s in srcs]
+    if d is None or any(m is None for m, _ in metas):
+        if observed:
+            raise _refusal(op, "strides that specengine cannot rebuild here; clone() the inputs")
+        return
+    if observed:
+        _pin(state, deps + tuple(x for _, more in metas for x in more), op)
+    with torch._C.DisableTorchFunction():
+        if expand:
+            metas = [(_expanded(m, d.shape), more) for m, more in metas]
+        if same_data and any(_same_data(d, m) for m, _ in metas):
+            if observed and _unit_dims(state, deps + tuple(x for _, more in metas for x in more)):
+                raise _refusal(op, _UNIT)
+            return
+        if internal and torch._debug_has_internal_overlap(d) == 1:
+            raise RuntimeError(INTERNAL)
+        for m, more in metas:
+            status = _status(d, m)
+            if observed and status in ("full", "partial") and _unit_dims(state, deps + more):
+                raise _refusal(op, _UNIT)
+            if status.startswith("partial"):
+                raise RuntimeError(PARTIAL)
+
+
+def _expanded(m: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """The value of `dst[key] = value` as torch copies it (python_variable_indexing.cpp's copy_to): as it is where
+    the shapes agree, else without its leading size-1 dims, expanded."""
+    if m.shape == shape:
+        return m
+    k = 0
+    while k < m.dim() and m.shape[k] == 1:
+        k += 1
+    return m.view(m.shape[k:]).expand(shape)
+
+
+def _same_data(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (torch._C._is_alias_of(a, b) and a.storage_offset() == b.storage_offset() and a.stride() == b.stride()
+            and a.shape == b.shape and a.dtype == b.dtype)  # fmt: skip
+
+
+def _unit_dims(state: Any, deps: tuple) -> bool:
+    """Whether an input the layouts start from has a dim of size 1 (its stride is free: it tells a full overlap from
+    a partial one, and the prologue does not check it)."""
+    return any(isinstance(x, str) and 1 in state.input_layouts[x][4] for x in deps)
+
+
+def _refusal(op: str, why: str) -> Exception:
+    return unsupported(f"Tensor.{op} inside try", f"whether the write overlaps its inputs depends on {why}, or move "
+                       "the op out of the try")  # fmt: skip
+
+
+def _pin(state: Any, deps: tuple, op: str) -> None:
+    """A handler observes the check: pin the sizes the layouts depend on; the prologue checks that the inputs they
+    start from are contiguous (their strides are then given by their sizes)."""
+    names = [x for x in dict.fromkeys(deps) if isinstance(x, str)]
+    storages = [state.input_layouts[n][0] for n in names]
+    if len(set(storages)) < len(storages):
+        raise _refusal(op, "whether distinct inputs share memory, which the prologue does not check; clone() them")
+    for name in names:
+        if not state.input_contiguity.get(name, False):
+            raise _refusal(op, f"the strides of the non-contiguous input {name}; call .contiguous() on it first")
+        state.contiguous_inputs.add(name)
+    for e in dict.fromkeys(x for x in deps if not isinstance(x, str)):
+        state.pin(e, op, "an exception handler in the function observes whether the write overlaps its inputs")

@@ -1,0 +1,215 @@
+"""In-place writes whose memory overlaps: eager's errors (partial overlap of the written tensor with an input,
+internal overlap of the written tensor), raised at the op, before any later error (ops/overlap.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+import torch
+from helpers import counts
+
+import specengine
+
+
+def _outcome(fn: Callable, args: list) -> Any:
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - the exception is the outcome
+        return e
+
+
+def both(fn: Callable, cfn: Callable, make: Callable[[], list]) -> Any:
+    """Eager and compiled on fresh inputs from `make` (the ops mutate them): same outputs, same inputs after the
+    call, or the same exception type. Returns eager's outcome."""
+    torch.manual_seed(0)
+    eager_args = make()
+    torch.manual_seed(0)
+    compiled_args = make()
+    expected, got = _outcome(fn, eager_args), _outcome(cfn, compiled_args)
+    if isinstance(expected, Exception):
+        assert type(got) is type(expected), f"eager raised {expected!r}; compiled gave {got!r}"
+        return expected
+    assert not isinstance(got, Exception), f"eager returned; compiled raised {got!r}"
+    torch.testing.assert_close(got, expected, equal_nan=True)
+    torch.testing.assert_close(compiled_args, eager_args, equal_nan=True)
+    return expected
+
+
+def _program_4936(x0, x1, n0):
+    v1 = x0.transpose(0, -1)
+    v1.sub_(x0)
+    v8 = x0.sum() * 2
+    try:
+        v8 = (x0 * v1).sum()
+    except RuntimeError:
+        pass
+    if x0.shape[1] == len(x1):
+        v9 = x1.sum(0)
+    else:
+        v9 = x1[0]
+    return v9.amax() + v8
+
+
+@pytest.mark.parametrize("dynamic", [True, False, None])
+def test_fuzz_program_4936_raises_the_overlap_error_before_the_index_error(dynamic):
+    cfn = specengine.compile(_program_4936, dynamic=dynamic)
+    out = both(_program_4936, cfn, lambda: [torch.randn(2, 2, 2, dtype=torch.float64), torch.randn(0), 1])
+    assert isinstance(out, RuntimeError) and "refer to a single memory location" in str(out)
+    assert counts(cfn) == (0, 0)  # raised while tracing: no entry
+    for a, b in [((1, 1, 1), (2,)), ((1, 1, 1), (1,))]:
+        both(_program_4936, cfn, lambda a=a, b=b: [torch.randn(a, dtype=torch.float64), torch.randn(b), 1])
+    assert counts(cfn) == (2, 0)  # the two calls take the two branches
+
+
+def _transposed_sub(x, y):
+    x.transpose(0, -1).sub_(x)
+    return y[0] + x.sum()
+
+
+def test_entry_for_a_size_that_does_not_overlap_serves_one_that_does():
+    cfn = specengine.compile(_transposed_sub, dynamic=True)
+    calls = [(1, 2), (2, 2), (2, 0), (0, 0), (1, 0), (2, 2), (1, 1)]  # (n of x: n x n, len of y)
+    outcomes = [both(_transposed_sub, cfn, lambda c=c: [torch.randn(c[0], c[0]), torch.randn(c[1])]) for c in calls]
+    kinds = [type(o).__name__ if isinstance(o, Exception) else "ok" for o in outcomes]
+    assert kinds == ["ok", "RuntimeError", "RuntimeError", "IndexError", "IndexError", "RuntimeError", "ok"]
+    assert counts(cfn) == (1, 3)  # (y[0] guards len(y) > 0); for sizes that overlap the op raises at run time
+
+
+def test_entry_not_made_for_a_size_that_overlaps():
+    cfn = specengine.compile(_transposed_sub, dynamic=True)
+    out = both(_transposed_sub, cfn, lambda: [torch.randn(2, 2), torch.randn(0)])
+    assert isinstance(out, RuntimeError) and counts(cfn) == (0, 0)  # the overlap, not the index error
+    for n in (0, 1, 2):
+        both(_transposed_sub, cfn, lambda n=n: [torch.randn(n, n), torch.randn(2)])
+    assert counts(cfn) == (1, 2)
+
+
+def _expanded_add(x, n):
+    x.expand(n, 3).add_(1)
+    return x * 2
+
+
+def test_internal_overlap_of_the_written_tensor():
+    cfn = specengine.compile(_expanded_add, dynamic=True)
+    kinds = []
+    for n in (1, 2, 0, 3, 1):
+        out = both(_expanded_add, cfn, lambda n=n: [torch.randn(1, 3), n])
+        kinds.append(type(out).__name__ if isinstance(out, Exception) else "ok")
+    assert kinds == ["ok", "RuntimeError", "ok", "RuntimeError", "ok"]
+    assert counts(cfn) == (1, 4)
+
+
+def _shift(x):
+    x[1:] = x[:-1]
+    return x
+
+
+def test_setitem_of_an_overlapping_slice():
+    cfn = specengine.compile(_shift, dynamic=True)
+    kinds = []
+    for n in (0, 1, 2, 3, 2, 4):
+        out = both(_shift, cfn, lambda n=n: [torch.randn(n)])
+        kinds.append(type(out).__name__ if isinstance(out, Exception) else "ok")
+    assert kinds == ["ok", "ok", "ok", "RuntimeError", "ok", "RuntimeError"]
+    assert counts(cfn) == (1, 5)
+
+
+def _setitem_expanded(y, z):
+    v = y.expand(2, *y.shape)
+    v[...] = y.unsqueeze(0)  # exactly v's elements after expanding: copy_ does nothing
+    if z is not None:
+        v[...] = z  # (raises where v has internal overlap)
+    return y + 0
+
+
+def test_setitem_of_the_same_elements_into_an_expanded_tensor():
+    cfn = specengine.compile(_setitem_expanded, dynamic=True)
+    kinds = []
+    for n in (2, 0, 1, 3):  # (n = 1: torch drops the value's leading 1s, expands it: not the same strides)
+        out = both(_setitem_expanded, cfn, lambda n=n: [torch.randn(n), None])
+        kinds.append(type(out).__name__ if isinstance(out, Exception) else "ok")
+    assert kinds == ["ok", "ok", "RuntimeError", "ok"]
+    assert counts(cfn) == (1, 3)
+    cfn = specengine.compile(_setitem_expanded, dynamic=True)
+    kinds = []
+    for n in (0, 2, 1, 2):
+        out = both(_setitem_expanded, cfn, lambda n=n: [torch.randn(n), torch.randn(n)])
+        kinds.append(type(out).__name__ if isinstance(out, Exception) else "ok")
+    assert kinds == ["ok", "RuntimeError", "RuntimeError", "RuntimeError"]
+    assert counts(cfn) == (1, 3)
+
+
+def _views_that_do_not_overlap(x):
+    x[0].add_(x[1])  # disjoint rows
+    x.add_(x)  # the same tensor
+    x.view(-1).view(x.shape).mul_(x)  # the same elements with the same strides
+    x.t().contiguous().sub_(x)  # a copy (for n > 1)
+    return x
+
+
+def test_overlaps_that_torch_allows():
+    cfn = specengine.compile(_views_that_do_not_overlap, dynamic=True)
+    for n in (2, 3, 2):
+        both(_views_that_do_not_overlap, cfn, lambda n=n: [torch.randn(2, n)])
+    assert counts(cfn) == (1, 2)
+
+
+def _add_into(a, b):
+    a.add_(b)
+    return a.sum() + b[5]
+
+
+def test_distinct_inputs_that_share_memory():
+    cfn = specengine.compile(_add_into, dynamic=True)
+    base = lambda: torch.randn(3, 3)  # noqa: E731
+    out = both(_add_into, cfn, lambda: (lambda t: [t, t.t()])(base()))  # eager: the overlap, not b[5]'s IndexError
+    assert isinstance(out, RuntimeError) and counts(cfn) == (0, 0)
+    both(_add_into, cfn, lambda: [base(), base()])  # IndexError
+    both(_add_into, cfn, lambda: [torch.randn(6), torch.randn(6)])
+    both(_add_into, cfn, lambda: (lambda t: [t[:6], t[6:]])(torch.randn(12)))  # the same storage, disjoint
+    assert counts(cfn) == (1, 1)
+
+
+def _other_inplace_rules(x, m):
+    y = x * 2
+    y.t().clamp_(y, None)
+    m.t().masked_fill_(m, True)
+    k = x.long()
+    k.t().bitwise_and_(k)
+    return y, m, k
+
+
+def test_clamp_masked_fill_and_bitwise_in_place():
+    cfn = specengine.compile(_other_inplace_rules, dynamic=True)
+    kinds = []
+    for n in (1, 2, 0, 2):
+        out = both(_other_inplace_rules, cfn, lambda n=n: [torch.randn(n, n), torch.rand(n, n) > 0.5])
+        kinds.append(type(out).__name__ if isinstance(out, Exception) else "ok")
+    assert kinds == ["ok", "RuntimeError", "ok", "RuntimeError"]
+    assert counts(cfn) == (1, 3)
+
+
+def _caught(x):
+    try:
+        x.t().add_(x)
+        r = 1
+    except RuntimeError:
+        r = 2
+    return x * r
+
+
+def test_overlap_caught_by_the_function_is_guarded():
+    cfn = specengine.compile(_caught, dynamic=True)
+    for n in (2, 3, 0, 2, 3, 0):
+        both(_caught, cfn, lambda n=n: [torch.randn(n, n)])
+    assert counts(cfn) == (3, 3)  # each size pinned: an entry for each, each serving its size again
+    assert "x.shape[0] == 0" in [str(g) for g in specengine.last_guards(cfn)]
+
+
+def test_overlap_caught_by_the_function_refused_where_strides_decide_it():
+    cfn = specengine.compile(_caught, dynamic=True)
+    with pytest.raises(specengine.UnsupportedOpError, match="size-1 dims"):
+        cfn(torch.randn(1, 1))  # (the stride of a size-1 dim tells a full overlap from a partial one)
+    with pytest.raises(specengine.UnsupportedOpError, match="non-contiguous input"):
+        cfn(torch.randn(3, 3).t())
