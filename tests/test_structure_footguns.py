@@ -6,11 +6,13 @@ See docs/python-semantics.md, "Python state, modules and containers".
 
 from __future__ import annotations
 
+import argparse
 import collections
 import copy
 import dataclasses
 import functools
 import pickle
+import types
 from typing import NamedTuple
 
 import pytest
@@ -741,6 +743,112 @@ def test_a_global_list_appended_to_is_refused_and_put_back():
     with pytest.raises(UnsupportedOpError, match=r"global GLOBAL_LOG"):
         cfn(torch.ones(2))
     assert GLOBAL_LOG == [] and specengine.cache_entries(cfn) == []
+
+
+# Objects of the standard library (trace/mutations.py skips their caches, not their users' data) ---------------------
+
+NAMESPACE = types.SimpleNamespace(count=0)
+ARGS = argparse.Namespace(scale=2)
+USER_DICT = collections.UserDict(k=2)
+ACTS = [torch.relu]  # a global list of functions
+QUEUE = collections.deque([torch.relu])
+
+
+def _counts_calls(x):
+    NAMESPACE.count += 1  # would happen only while tracing
+    return x * NAMESPACE.count
+
+
+def _reads_library_data(x):
+    for act in [*ACTS, *QUEUE]:
+        x = act(x)
+    return x * ARGS.scale * USER_DICT["k"]
+
+
+def test_library_data_objects_changed_while_tracing_are_refused_and_put_back():
+    cfn = specengine.compile(_counts_calls, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"changing _counts_calls: global NAMESPACE.count while tracing"):
+        cfn(torch.randn(2))
+    assert NAMESPACE.count == 0 and specengine.cache_entries(cfn) == []
+
+    class Keeps(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.history = collections.deque()
+
+        def forward(self, x):
+            self.history.append(x.shape[0])  # a deque: walked as a list
+            return x * 2
+
+    model = Keeps()
+    cm = specengine.compile(model, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"changing self.history while tracing"):
+        cm(torch.randn(2))
+    assert len(model.history) == 0 and specengine.cache_entries(cm) == []
+
+
+def test_library_data_objects_and_containers_of_functions_changed_between_calls_are_noticed():
+    cfn = specengine.compile(_reads_library_data, dynamic=True)
+    for n in (0, 1, 2):
+        _same(cfn, _reads_library_data, torch.rand(n) + 0.5)
+    try:
+        ACTS.append(torch.exp)
+        _same(cfn, _reads_library_data, torch.rand(2) + 0.5)
+        QUEUE.append(torch.exp)
+        _same(cfn, _reads_library_data, torch.rand(1) + 0.5)
+        ARGS.scale = 3
+        _same(cfn, _reads_library_data, torch.rand(2) + 0.5)
+        USER_DICT["k"] = 5
+        _same(cfn, _reads_library_data, torch.rand(0) + 0.5)
+    finally:
+        ACTS.pop(), QUEUE.pop()
+        ARGS.scale, USER_DICT["k"] = 2, 2
+    _same(cfn, _reads_library_data, torch.rand(2) + 0.5)  # all back: the first entry serves
+    assert counts(cfn) == (5, 3)
+    assert specengine.recompile_reasons(cfn)[0] == (
+        "the contents of global ACTS is unchanged failed: the contents of global ACTS changed"
+    )
+
+
+@functools.lru_cache
+def _positions(n):
+    return torch.arange(n) * 2.0
+
+
+def test_an_lru_cache_filled_while_tracing_keeps_no_proxy():
+    first = specengine.compile(lambda x: x + _positions(x.shape[0]), dynamic=True)
+    second = specengine.compile(lambda x: x * _positions(x.shape[0]), dynamic=True)
+    for n in (0, 1, 2, 2):  # hashing the size pins it: an entry per size
+        x = torch.randn(n)
+        torch.testing.assert_close(first(x), x + torch.arange(n) * 2.0)
+        assert _positions.cache_info().currsize == 0  # what tracing stored (proxies) is gone
+        torch.testing.assert_close(second(x.double()), x.double() * torch.arange(n) * 2.0)  # (read a stale proxy)
+    assert counts(first) == (3, 1) and counts(second) == (3, 1)
+
+
+class _Cached(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(2))
+
+    @functools.cached_property
+    def doubled(self):
+        return self.w * 2  # computed while tracing: a proxy written into __dict__ without __setattr__
+
+    def forward(self, x):
+        return x + self.doubled
+
+
+def test_a_cached_property_computed_while_tracing_is_refused_and_put_back():
+    model = _Cached()
+    cfn = specengine.compile(model, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"writing _Cached.doubled while tracing without Module.__setattr__"):
+        cfn(torch.randn(2))
+    assert "doubled" not in vars(model) and specengine.cache_entries(cfn) == []
+    with torch.no_grad():
+        assert model.doubled is vars(model)["doubled"]  # computed eagerly: a tensor attribute, an input of every call
+        _same(cfn, model, torch.randn(2))
+    assert counts(cfn) == (1, 0)
 
 
 # Hooks ---------------------------------------------------------------------------------------------------------

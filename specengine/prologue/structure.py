@@ -426,8 +426,9 @@ def _hook_fields(g: Graph, path: str, hooks: dict) -> None:
 
 
 _DEPTH = 3  # config objects and containers below a module attribute or a root object
-_CONTAINERS = (list, tuple, dict, set, frozenset, collections.OrderedDict, collections.defaultdict)
-_PLAIN_LIBRARY = (types.SimpleNamespace, argparse.Namespace)  # library classes whose state is the user's data
+_CONTAINERS = (list, tuple, dict, set, frozenset, collections.OrderedDict, collections.defaultdict, collections.deque)
+# library classes whose state is the user's data (other library objects keep caches of their own: a logger)
+PLAIN_LIBRARY = (types.SimpleNamespace, argparse.Namespace, collections.UserDict, collections.UserList)
 
 
 class Graph:
@@ -484,7 +485,7 @@ class Graph:
             items = list(dict.items(value))
             keys: tuple = tuple((_attr_key(k), _attr_key(v)) for k, v in items)
         else:
-            if isinstance(value, (list, set)):
+            if isinstance(value, (list, set, collections.deque)):
                 self.seqs.append(value)
             items = list(enumerate(value))
             keys = tuple(_attr_key(v) for _, v in items)
@@ -499,7 +500,7 @@ class Graph:
 
 def _user_data(obj: Any) -> bool:
     mod = getattr(type(obj), "__module__", "") or ""
-    return isinstance(obj, _PLAIN_LIBRARY) or mod.partition(".")[0] not in sys.stdlib_module_names
+    return isinstance(obj, PLAIN_LIBRARY) or mod.partition(".")[0] not in sys.stdlib_module_names
 
 
 def _contents_key(value: Any, keys: tuple) -> tuple:
@@ -605,8 +606,17 @@ def _first_change(expected: dict, actual: dict, what: str) -> str:
 
 
 def config_objects_of(values: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """The config objects among `(path, value)` pairs (not modules: those are guarded with their trees)."""
-    return [(p, v) for p, v in values if is_config_object(v)]
+    """The config objects among `(path, value)` pairs (not modules: those are guarded with their trees), and the
+    mutable containers whose items are not all values (`ACTS = [torch.relu]`, `TABLE = {"k": obj}`: changed in
+    place between calls; containers of values are compared by contents elsewhere)."""
+    return [(p, v) for p, v in values if is_config_object(v) or _objects_container(v)]
+
+
+def _objects_container(v: Any) -> bool:
+    if type(v) not in _CONTAINERS or type(v) in (tuple, frozenset):
+        return type(v) in (tuple, frozenset) and not has_value_semantics(v) and any(map(_objects_container, v))
+    items = tuple(dict.items(v)) if isinstance(v, dict) else tuple(v)
+    return not has_value_semantics(items)
 
 
 def _message(what: str, expected: Any, actual: Any) -> str:

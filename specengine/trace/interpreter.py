@@ -159,6 +159,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
             shadows.constants_unchanged(),
             mutations.unchanged(found, target) as walk,
             coverage.collecting(state) as ran,  # the user code that runs (prologue/external.py guards its reads)
+            mutations.caches_cleared(ran),  # lru caches filled while tracing hold proxies
         ):
             mutations.check_not_aliased(specs, walk, shadows.rebuilt)
             out = outside.lift(unbound_methods.call_user(fn, args, kwargs))  # a real tensor returned: its proxy

@@ -11,12 +11,18 @@ and, for hooks, the hook's name.
 
 Roots: the attributes of every module of the traced trees (with the hooks registered on them and globally), the
 attributes of a bound method's `self`, the constant arguments, and the closure cells and global values the
-compiled function reads. The walk follows lists, dicts, sets, tuples, objects' `__dict__` and `__slots__`, and
-functions' closures and defaults, to a fixed depth and number of objects.
+compiled function reads. The walk follows lists, dicts, sets, tuples, deques, objects' `__dict__` and `__slots__`,
+and functions' closures and defaults, to a fixed depth and number of objects. It skips the objects of the standard
+library (except its plain-data ones: a `SimpleNamespace`, an `argparse.Namespace`, a `UserDict`), of torch and of
+the engine: their state is their own bookkeeping (a logger's level cache fills while tracing), so a change there
+is not refused. That cannot leave a proxy in them except through a cache of values the program computed, and the
+one such cache user code names, `functools.lru_cache`, is cleared after tracing (`caches_cleared`); what the trace
+reads from them is guarded by the fingerprints of `prologue/structure.py` (their fields), not walked here.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import sys
@@ -27,7 +33,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from specengine.errors import UnsupportedOpError
-from specengine.prologue.structure import _GLOBAL_HOOKS, _HOOKS, INTERNAL
+from specengine.prologue.structure import _GLOBAL_HOOKS, _HOOKS, INTERNAL, PLAIN_LIBRARY
 from specengine.trace.proxies import Proxy
 
 _MISSING = object()
@@ -57,8 +63,8 @@ class _Walk:
         if depth > _MAX_DEPTH or len(self.seen) > _MAX_OBJECTS:
             return
         self.seen[id(v)] = where
-        if isinstance(v, list):
-            self.snaps.append((where, v, "list", list.copy(v), self.root))
+        if isinstance(v, (list, collections.deque)):
+            self.snaps.append((where, v, "list", list(v), self.root))
             self._children(where, enumerate(v), depth, "[{}]")
         elif isinstance(v, dict):
             self.snaps.append((where, v, "dict", list(dict.items(v)), self.root))
@@ -120,7 +126,10 @@ class _Walk:
 
 def _library_object(v: Any) -> bool:
     """Objects of the standard library (an Event, a logger and its level cache), of torch or of the engine: state
-    they keep for themselves, not program state (lists, dicts and sets are walked whatever holds them)."""
+    they keep for themselves, not program state (lists, dicts, sets and deques are walked whatever holds them, and
+    so are the library's plain-data objects: a `SimpleNamespace`, an `argparse.Namespace`, a `UserDict`)."""
+    if isinstance(v, PLAIN_LIBRARY):
+        return False
     mod = getattr(type(v), "__module__", None) or "builtins"
     top = mod.partition(".")[0]
     if top == "specengine":
@@ -145,7 +154,8 @@ def _code_names(code: types.CodeType) -> list[str]:
 def _changed(kind: str, obj: Any, old: Any) -> str | None:
     """None where `obj` is as snapshotted; else what changed, as a suffix of its place (`.name`, `['k']`, "")."""
     if kind == "list":
-        same = len(obj) == len(old) and all(a is b for a, b in zip(list.__iter__(obj), old))
+        items = list.__iter__(obj) if isinstance(obj, list) else iter(obj)
+        same = len(obj) == len(old) and all(a is b for a, b in zip(items, old))
         return None if same else ""
     if kind in ("dict", "attrs"):
         fmt = ".{}" if kind == "attrs" else "[{!r}]"
@@ -171,7 +181,10 @@ def _changed(kind: str, obj: Any, old: Any) -> str | None:
 
 
 def _restore(kind: str, obj: Any, old: Any) -> None:
-    if kind == "list":
+    if kind == "list" and isinstance(obj, collections.deque):
+        obj.clear()
+        obj.extend(old)
+    elif kind == "list":
         obj[:] = old
     elif kind in ("dict", "attrs"):
         obj.clear()
@@ -270,3 +283,32 @@ def check_not_aliased(specs: Any, walk: _Walk, rebuilt: set[int]) -> None:
                                  "the program would see it as two objects while tracing (the argument is traced as a "
                                  "copy, written back after each call); pass it only one way")  # fmt: skip
     specs.outside_ids = frozenset(k for k in walk.seen if k not in rebuilt)
+
+
+_LRU = type(functools.lru_cache(lambda: None))  # functools._lru_cache_wrapper
+
+
+@contextmanager
+def caches_cleared(ran: Any) -> Iterator[None]:
+    """A `functools.lru_cache` (or `functools.cache`) whose function ran while tracing stored what it returned
+    there: proxies, keyed by symbolic ints, that a later trace would read back (a stale proxy in another trace) and
+    that would stay in the user's cache. When tracing ends (also on error) the caches of the user functions that
+    ran (`ran`: the `coverage.Coverage` of the trace) are cleared: a cache only saves work, the next call computes
+    again. A cache hit while tracing returns what an eager call computed, as eager would."""
+    try:
+        yield
+    finally:
+        for wrapper in _lru_wrappers(ran.codes):
+            wrapper.cache_clear()
+
+
+def _lru_wrappers(codes: dict) -> list:
+    """The lru-cache wrappers in the globals of the code that ran (and in the classes there) whose function ran."""
+    out: dict[int, Any] = {}
+    for glb in {id(g): g for g in codes.values()}.values():
+        for v in list(glb.values()):
+            for w in [v, *(vars(v).values() if isinstance(v, type) else ())]:
+                w = getattr(w, "__func__", w)  # (a staticmethod or classmethod around it)
+                if isinstance(w, _LRU) and getattr(getattr(w, "__wrapped__", None), "__code__", None) in codes:
+                    out[id(w)] = w
+    return list(out.values())

@@ -161,12 +161,17 @@ def recording(modules: list, inputs: set[tuple[int, str]], promoted: frozenset) 
         s, name, k = changed[0]
         code = getattr(type(s).forward, "__code__", None)
         where = f"{code.co_filename}:{code.co_firstlineno}, in {code.co_name}" if code else type(s).__name__
+        if name == "__dict__":  # a write that bypassed Module.__setattr__ (a functools.cached_property, __dict__[k])
+            raise UnsupportedOpError(f"writing {type(s).__name__}.{k} while tracing without Module.__setattr__ "
+                                     "(functools.cached_property, module.__dict__[k] = v, object.__setattr__)", where,
+                                     "compute the value in __init__, or assign it (self.x = t), which cached calls "
+                                     "reproduce")  # fmt: skip
         raise UnsupportedOpError(f"registering {type(s).__name__}.{name}[{k!r}] while tracing (register_buffer, "
                                  "register_parameter, add_module)", where, "register it in __init__, or assign a "
                                  "tensor attribute (self.x = t), which cached calls reproduce")  # fmt: skip
 
 
-_TABLES = ("_parameters", "_buffers", "_modules")
+_TABLES = ("_parameters", "_buffers", "_modules", "__dict__")  # __dict__: writes that bypass __setattr__
 
 
 def revert_changes(d: dict, old: dict) -> list:
