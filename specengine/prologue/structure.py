@@ -400,7 +400,7 @@ def fingerprint(root: torch.nn.Module, path: str, skip: frozenset = frozenset(),
                 _hook_fields(g, f"{p}: {h}", hooks)
         for attr, value in vars(m).items():
             if attr not in INTERNAL and (id(m), attr) not in skip:
-                g.walk(f"{p}.{attr}", value, 0)
+                g.walk(f"{p}.{attr}", value, 0, contents=g.names is None or attr in g.names)
                 if isinstance(value, torch.Tensor):
                     out[f"{p}.{attr}"] = ("tensor", _first(tensors, value, f"{p}.{attr}"))
         out[f"{p}.training"] = ("value", bool, repr(m.training))
@@ -437,8 +437,9 @@ class Graph:
     stamp (`prologue/stamps.py`) compares on every call: the objects whose `__dict__` matters (`owners`), the
     dicts, lists and sets reached, and the slotted objects."""
 
-    def __init__(self, keep: list | None):
+    def __init__(self, keep: list | None, names: frozenset | None = None):
         self.keep = keep
+        self.names = names  # the attribute names the traced code names: other module attributes' contents are not read
         self.out: dict[str, Any] = {}
         self.owners: list = []
         self.dicts: list = []
@@ -449,11 +450,11 @@ class Graph:
     def stamp(self) -> Stamp:
         return Stamp(self.owners, self.dicts, self.seqs, self.slotted)
 
-    def walk(self, path: str, value: Any, depth: int) -> None:
+    def walk(self, path: str, value: Any, depth: int, contents: bool = True) -> None:
         self.out[path] = _attr_key(value)
         if self.keep is not None:
             self.keep.append(value)
-        if depth < _DEPTH and id(value) not in self._seen:
+        if depth < _DEPTH and id(value) not in self._seen and (contents or type(value) not in _CONTAINERS):
             if is_config_object(value):
                 self._seen.add(id(value))
                 self.fields(path, value, depth)
@@ -522,9 +523,16 @@ class StructureGuard:
     def __init__(self, root: torch.nn.Module, path: str, skip: frozenset = frozenset()):
         watch(root)
         self.root, self.path, self.skip = root, path, skip
+        self.restrict(None)
+
+    def restrict(self, names: frozenset | None) -> None:
+        """Take the fingerprint again, with the contents of the list, dict and set attributes of the modules only
+        where the code that ran names the attribute (`names_read`): a list that a hook or the caller fills between
+        calls and that the program never reads (`self.grads`) must not make every call a new entry."""
+        self.names = names
         self.keep: list = []
-        graph = Graph(self.keep)
-        self.expected = fingerprint(root, path, skip, graph)
+        graph = Graph(self.keep, names)
+        self.expected = fingerprint(self.root, self.path, self.skip, graph)
         self.stamp = graph.stamp()
         self.seen = [epoch()]  # the epoch at which the structure was last found unchanged
         self.failed: tuple = (None, None)  # the epoch and stamp at which it was last found changed
@@ -534,7 +542,7 @@ class StructureGuard:
         now, (failed, state) = epoch(), self.failed
         if now == failed and self.stamp.matches(state):
             return False  # found changed in this very state already: no second walk
-        if fingerprint(self.root, self.path, self.skip) != self.expected:
+        if fingerprint(self.root, self.path, self.skip, Graph(None, self.names)) != self.expected:
             self.failed = (now, self.stamp.snapshot())
             return False
         watch(self.root)  # the same structure under new objects (a dict reassigned): watch them too
@@ -551,7 +559,8 @@ class StructureGuard:
 
     def explain(self) -> str:
         """The first changed item, as `<what> == <expected> failed: <what> = <actual>`."""
-        return _first_change(self.expected, fingerprint(self.root, self.path, self.skip), "the module structure")
+        actual = fingerprint(self.root, self.path, self.skip, Graph(None, self.names))
+        return _first_change(self.expected, actual, "the module structure")
 
 
 class ObjectsGuard:
@@ -603,6 +612,25 @@ def _first_change(expected: dict, actual: dict, what: str) -> str:
         if actual.get(k) != expected.get(k):
             return _message(k, expected.get(k), actual.get(k))
     return f"{what} is unchanged"
+
+
+def names_read(codes: Any) -> frozenset | None:
+    """The attribute names that `codes` (the user code that ran while tracing, nested code included) load by name
+    or hold as string constants (`getattr(self, "acts")`); None where one reads attributes in bulk (`vars(self)`,
+    `self.__dict__`), which any name may be."""
+    out: set = set()
+    todo = list(codes)
+    while todo:
+        code = todo.pop()
+        if "vars" in code.co_names or "__dict__" in code.co_names:
+            return None
+        out.update(code.co_names)
+        for c in code.co_consts:
+            if isinstance(c, str):
+                out.add(c)
+            elif isinstance(c, types.CodeType):
+                todo.append(c)
+    return frozenset(out)
 
 
 def config_objects_of(values: list[tuple[str, Any]]) -> list[tuple[str, Any]]:

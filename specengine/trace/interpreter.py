@@ -173,7 +173,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     if state.output_plan is not None:
         out = tuple(state.output_plan.leaves)
     specs.captured = captured_transitively(target, modules, ran)  # baked in: the prologue guards them
-    _guard_config_objects(specs, plain, shadows.outside)
+    _guard_config_objects(specs, plain, shadows.outside, ran)
     _guard_containers(specs)
     torch_settings.note_captured(state, specs.captured)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
@@ -183,10 +183,16 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state
 
 
-def _guard_config_objects(specs: InputSpecs, plain: list, constants: list) -> None:
+def _guard_config_objects(specs: InputSpecs, plain: list, constants: list, ran: Any) -> None:
     """Config objects read as globals, closure variables or attributes of a bound `self`, or passed in as constants
-    (objects that are not plain, guarded by identity): their fields."""
-    from specengine.prologue.structure import ObjectsGuard, config_objects_of
+    (objects that are not plain, guarded by identity): their fields. The module structure guards keep the contents
+    of the containers the code that ran may read (`ran`: what ran while tracing)."""
+    from specengine.prologue.structure import ObjectsGuard, StructureGuard, config_objects_of, names_read
+
+    names = names_read(ran.codes)
+    for g in specs.structure:
+        if isinstance(g, StructureGuard):
+            g.restrict(names)
 
     named = [(_captured_text(c), c[2]) for c in specs.captured]
     named += [(f"self.{k}", v) for d in plain for k, v in d.items()] + constants
