@@ -213,3 +213,24 @@ def test_overlap_caught_by_the_function_refused_where_strides_decide_it():
         cfn(torch.randn(1, 1))  # (the stride of a size-1 dim tells a full overlap from a partial one)
     with pytest.raises(specengine.UnsupportedOpError, match="non-contiguous input"):
         cfn(torch.randn(3, 3).t())
+
+
+def _deep(x):
+    y = x
+    for _ in range(401):  # a long chain of views (the layouts are rebuilt without recursion)
+        y = y.t()
+    y.sub_(x)
+    for _ in range(300):  # in-place ops on tensors that ops made: nothing to rebuild
+        x = x * 1.0
+        x.add_(1)
+    return x
+
+
+def test_long_chains_of_views_and_writes():
+    cfn = specengine.compile(_deep, dynamic=True)
+    kinds = []
+    for n in (2, 1, 3):
+        out = both(_deep, cfn, lambda n=n: [torch.randn(n, n)])
+        kinds.append(type(out).__name__ if isinstance(out, Exception) else "ok")
+    assert kinds == ["RuntimeError", "ok", "RuntimeError"]
+    assert counts(cfn) == (1, 1)
