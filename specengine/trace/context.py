@@ -34,10 +34,14 @@ class NameGen:
         return name
 
 
+_EPOCHS = itertools.count(1)
+
+
 class TraceState:
     """Everything one trace records: bound symbols (with nested scopes for decompositions) and decisions."""
 
     def __init__(self, decider: Decider, names: NameGen):
+        self.epoch = next(_EPOCHS)  # stamped on the proxies this trace makes (trace/memo.py)
         self.decider = decider
         self.names = names
         self.symbol_sources: dict[str, str] = {}  # backed symbol -> the input it reads ('x.shape[0]')
@@ -73,6 +77,10 @@ class TraceState:
         from specengine.trace.symbol import BoundSymbol
 
         top = len(self.scopes) == 1
+        if top:
+            from specengine.trace.memo import check_current
+
+            check_current(self, args, kwargs)
         source = user_frame(sym.name) if top else None
         autocast = None
         if top:

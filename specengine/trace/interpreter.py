@@ -39,7 +39,7 @@ from specengine.trace import (
 )
 from specengine.trace.context import NameGen, TraceState, tracing
 from specengine.trace.exceptions import check_caught
-from specengine.trace.proxies import NumberProxy, TensorProxy, tensor_isinstance, unflatten_size
+from specengine.trace.proxies import NumberProxy, TensorProxy, as_traced, tensor_isinstance, unflatten_size
 from specengine.trace.trace import Trace
 
 
@@ -70,7 +70,7 @@ def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Sh
         return made[spec.local]
     assert isinstance(spec, ConstSpec)
     shadows.constant(spec)
-    return spec.value
+    return as_traced(spec.value)  # `max` passed in is the `max` the function's code sees (`op is max`)
 
 
 def _call_args(signature: inspect.Signature, values: list) -> tuple[list, dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import numbers
 import operator
 from collections.abc import Sequence
 from typing import Any, Callable
@@ -47,9 +48,14 @@ def concrete(x: Any) -> Any:
 def float_result(op: str, a: Any, b: Any) -> Any:
     """`a op b` where the result is a float (or a predicate on floats): a NumberProxy over a FloatExpr."""
     r = floats.binary(op, a.expr if type(a) is NumberProxy else a, b.expr if type(b) is NumberProxy else b)
+    state = context.require()
+    for x in (a, b):
+        if type(x) is NumberProxy and x.epoch != state.epoch and x.epoch != 0:
+            from specengine.trace.memo import check_value
+
+            check_value(state, x)
     if r.is_const:
         return r.args[0]
-    state = context.require()
     try:
         hint = r.eval(state.decider.hints)
     except ZeroDivisionError:  # over a stand-in of a data-dependent value (never decided on): any stand-in does
@@ -363,6 +369,8 @@ def _install_int_attributes() -> None:
     NumberProxy.bit_length = _int_only("bit_length", lambda self: concrete(self).bit_length())
     NumberProxy.bit_count = _int_only("bit_count", lambda self: int(concrete(self)).bit_count())
     NumberProxy.as_integer_ratio = lambda self: concrete(self).as_integer_ratio()
+    NumberProxy.to_bytes = _int_only("to_bytes", lambda self, *a, **k: int(concrete(self)).to_bytes(*a, **k))
+    NumberProxy.hex = _float_only("hex", lambda self: concrete(self).hex())
     NumberProxy.is_integer = lambda self: self.python_type is not float or concrete(self).is_integer()
     rounding = {"__floor__": math.floor, "__ceil__": math.ceil, "__trunc__": math.trunc, "__round__": round}
     for name, fn in rounding.items():
@@ -370,9 +378,18 @@ def _install_int_attributes() -> None:
 
 
 def _int_only(name: str, fn: Callable) -> Callable:
-    def method(self: NumberProxy) -> Any:
+    def method(self: NumberProxy, *args: Any, **kwargs: Any) -> Any:
         if self.python_type is float:
             raise AttributeError(f"'float' object has no attribute '{name}'")
+        return fn(self, *args, **kwargs)
+
+    return method
+
+
+def _float_only(name: str, fn: Callable) -> Callable:
+    def method(self: NumberProxy) -> Any:
+        if self.python_type is not float:
+            raise AttributeError(f"'{self.python_type.__name__}' object has no attribute '{name}'")
         return fn(self)
 
     return method
@@ -395,9 +412,45 @@ def _install_pinning_fallbacks() -> None:
         setattr(NumberProxy, reflected, lambda self, other, fn=fn: fn(concrete(other), concrete(self)))
 
 
+_NATIVE = frozenset({int, float, bool, NumberProxy})
+_PY_BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
+              "mod": operator.mod, "and": operator.and_, "or": operator.or_, "xor": operator.xor,
+              "lshift": operator.lshift, "rshift": operator.rshift, "truediv": operator.truediv, "pow": operator.pow,
+              "divmod": divmod, "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
+              "gt": operator.gt, "ge": operator.ge}  # fmt: skip
+
+
+def _foreign_aware(name: str, method: Callable, reflected: bool) -> Callable:
+    """`method` for another number type as the other operand: an int subclass that keeps int's own operator (an
+    IntEnum) is the int it holds (symbolic); other numbers (complex, numpy scalars, Fraction, Decimal, float
+    subclasses, an IntFlag's `|`) get the pinned value, so that the result has eager's type."""
+    py, dunder = _PY_BINARY[name], f"__{'r' if reflected else ''}{name}__"
+    mirror = f"__{name}__" if name in _COMPARISONS.values() else dunder
+
+    def wrapper(self: NumberProxy, other: Any, *rest: Any) -> Any:
+        t = type(other)
+        if t in _NATIVE or rest or not isinstance(other, numbers.Number):
+            return method(self, other, *rest)
+        if isinstance(other, int) and getattr(t, mirror, None) is getattr(int, mirror, None):
+            return method(self, int(other))
+        value = concrete(self)
+        return py(other, value) if reflected else py(value, other)
+
+    wrapper.__name__ = wrapper.__qualname__ = dunder
+    return wrapper
+
+
+def _install_foreign_operands() -> None:
+    for name in _PY_BINARY:
+        for reflected in (False, True) if name not in _COMPARISONS.values() else (False,):
+            dunder = f"__{'r' if reflected else ''}{name}__"
+            setattr(NumberProxy, dunder, _foreign_aware(name, getattr(NumberProxy, dunder), reflected))
+
+
 _install_arithmetic()
 _install_int_attributes()
 _install_pinning_fallbacks()
+_install_foreign_operands()
 proxies.add_tracing_patch(math, "sqrt", sqrt)
 proxies.add_tracing_patch(builtins, "max", _extremum(builtins.max, "sym_max"))
 proxies.add_tracing_patch(builtins, "min", _extremum(builtins.min, "sym_min"))

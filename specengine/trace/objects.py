@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import collections
 import collections.abc
+import numbers
+import sys
 import types
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ from torch.utils import _pytree as pytree
 
 from specengine.constraints.expr import Expr
 from specengine.constraints.floats import FloatExpr
-from specengine.trace.proxies import NumberProxy, Proxy, unflatten_size, unsupported
+from specengine.trace.proxies import NumberProxy, Proxy, SymSize, as_original, unflatten_size, unsupported
 from specengine.trace.writes import revert_changes
 
 Build = Callable[[tuple, tuple, dict], Any]  # (computed leaves, caller's objects, per-call memo) -> value
@@ -181,6 +183,9 @@ class _Planner:
 
     def value(self, v: Any) -> Build:
         if isinstance(v, (Proxy, Expr, FloatExpr)):
+            from specengine.trace import context, memo
+
+            memo.check_value(context.current(), v)  # a proxy a cache kept from an earlier trace
             if isinstance(v, NumberProxy) and v.expr.is_const:
                 return _constant(v.expr.value)
             k = self.leaf_index.setdefault(id(v), len(self.leaves))
@@ -191,7 +196,14 @@ class _Planner:
         if i is not None:
             j = self.object(i)
             return lambda r, o, m: o[j]
-        if isinstance(v, _IMMUTABLE) or id(v) in self.shadows.constants:
+        if as_original(v) is not v:  # `max` as the trace saw it
+            return _constant(as_original(v))
+        if type(v) is frozenset:  # of hashed (so pinned) values: `frozenset(x.shape)`
+            return _constant(_concrete_keys(v))
+        if type(v) is slice:  # its bounds may be symbolic (`slice(1, n)`)
+            parts = [self.value(p) for p in (v.start, v.stop, v.step)]
+            return lambda r, o, m: slice(*(f(r, o, m) for f in parts))
+        if isinstance(v, _IMMUTABLE) or _immutable_number(v) or id(v) in self.shadows.constants:
             return _constant(v)
         if isinstance(v, torch.Tensor):
             raise unsupported("returning a tensor not computed from the inputs",
@@ -201,6 +213,7 @@ class _Planner:
         node = pytree.SUPPORTED_NODES.get(pytree._get_node_type(v))
         if node is not None:
             children, context = node.flatten_fn(v)
+            context = _concrete_keys(context)  # a dict's keys: `{x.shape[0]: y}` returns `{3: y}`
             fns, unflatten = [self.value(c) for c in children], node.unflatten_fn
             if type(v) is torch.Size:
                 unflatten = unflatten_size  # torch's pytree rebuilds a torch.Size as a tuple
@@ -218,7 +231,7 @@ class _Planner:
             raise unsupported(f"returning a {cls.__name__} that refers to itself", "return a tree of values")
         self.active.add(key)
         state = [(a, self.value(x)) for a, x in (attrs or {}).items()]
-        items = [(k, self.value(x)) for k, x in dict.items(v)] if isinstance(v, dict) else None
+        items = [(_concrete_keys(k), self.value(x)) for k, x in dict.items(v)] if isinstance(v, dict) else None
         elements = [self.value(x) for x in list.__iter__(v)] if isinstance(v, list) else None
         self.active.discard(key)
 
@@ -234,6 +247,26 @@ class _Planner:
             return obj
 
         return build
+
+
+def _immutable_number(v: Any) -> bool:
+    """Numbers of other types (Fraction, Decimal, numpy scalars, `np.bool_` included): values, returned as they are."""
+    np = sys.modules.get("numpy")
+    return isinstance(v, numbers.Number) or (np is not None and isinstance(v, np.generic))
+
+
+def _concrete_keys(k: Any) -> Any:
+    """Keys of a returned dict (a pytree context) as Python values: symbolic sizes among them are pinned (their
+    hash pinned them already), a tuple of sizes or a shape becomes a tuple or a `torch.Size`."""
+    if isinstance(k, NumberProxy):
+        return k._value("dict key", "a key of a returned dict needs a concrete value")
+    if isinstance(k, SymSize):
+        return torch.Size([_concrete_keys(x) for x in k])
+    if type(k) in (tuple, list, frozenset):
+        return type(k)(_concrete_keys(x) for x in k)
+    if isinstance(k, Proxy):
+        raise unsupported("returning a dict keyed by a tensor", "key it by a name or an index instead")
+    return k
 
 
 def _constant(v: Any) -> Build:

@@ -9,6 +9,7 @@ ops). NumberProxy implements Python's number protocols; every decision it is ask
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import sys
 import threading
@@ -62,9 +63,21 @@ def unsupported(op: str, hint: str) -> UnsupportedOpError:
 
 
 class Proxy:
-    """A traced value. Names are for printing only; identity is the object."""
+    """A traced value. Names are for printing only; identity is the object. `epoch` is that of the trace that made
+    it (0: made outside tracing): a proxy that a cache kept from an earlier trace is refused (`trace/memo.py`)."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "epoch")
+    _ARITY = 1  # the engine's own constructor arguments
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if len(args) + len(kwargs) < cls._ARITY:  # library code that rebuilds a value by its type: `type(x)(v)`
+            raise unsupported(f"calling type(x) of a traced value ({cls.__name__})",
+                              "convert it with int(), float() or torch.as_tensor() first, or compute this outside "
+                              "the compiled function")  # fmt: skip
+        self = object.__new__(cls)
+        state = context.current()
+        self.epoch = 0 if state is None else state.epoch
+        return self
 
 
 def is_outside_tensor(x: Any) -> bool:
@@ -125,6 +138,7 @@ class TensorProxy(Proxy):
     """A tensor during tracing: symbolic dims (canonical int Exprs), dtype, device and requires_grad."""
 
     __slots__ = ("dims", "dtype", "device", "requires_grad", "tensor_type", "__weakref__")
+    _ARITY = 5
     __hash__ = object.__hash__  # as eager: a tensor hashes by identity
 
     def __init__(self, name: str, dims: tuple, dtype: torch.dtype, device: torch.device, requires_grad: bool,
@@ -274,6 +288,7 @@ class NumberProxy(Proxy, torch.SymInt):
     """
 
     __slots__ = ("expr", "hint", "python_type")
+    _ARITY = 4
 
     def __init__(self, name: str, expr: E.Expr, hint: Any, python_type: type):
         self.name = name
@@ -294,6 +309,7 @@ class NumberProxy(Proxy, torch.SymInt):
         return f"{self.python_type.__name__} {self.expr}"
 
     def __bool__(self) -> bool:
+        _check_current(self)
         if self.expr.is_bool:
             b = self.expr
         elif self.python_type is float:
@@ -347,12 +363,21 @@ class NumberProxy(Proxy, torch.SymInt):
         return bool(value) if self.python_type is bool else value
 
     def _pin(self, op: str, reason: str) -> Any:
+        _check_current(self)
         if self.expr.is_bool:
             return int(context.require().decide(self.expr, op, reason))
         if self.python_type is float:  # `same` tells -0.0 from 0.0, and matches NaN
             context.require().decide(floats.same(self.expr, self.hint), op, reason)
             return self.hint
         return context.require().pin(self.expr, op, reason)
+
+
+def _check_current(x: NumberProxy) -> None:
+    state = context.current()
+    if state is not None and x.epoch != state.epoch and x.epoch != 0:
+        from specengine.trace.memo import check_value
+
+        check_value(state, x)
 
 
 class SymSize(tuple):
@@ -427,11 +452,50 @@ _ORIGINALS = {"isinstance": builtins.isinstance}
 _TRACING_PATCHES = ((builtins, "isinstance", _traced_isinstance),)
 
 
+class _Patched:
+    """A function swapped in while tracing (`max`, `min`, `math.sqrt`) that compares and hashes as its original, so
+    that a table keyed by the builtin (`{max: torch.amax}[op]`) still finds it; `is` cannot be made to hold, so a
+    constant argument that is the original is given to the traced function as this (`op is max` holds)."""
+
+    def __init__(self, original: Callable, hook: Callable):
+        functools.update_wrapper(self, original)
+        self.original, self.hook = original, hook
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.hook(*args, **kwargs)
+
+    def __eq__(self, other: Any) -> bool:
+        return other is self or other is self.original
+
+    def __hash__(self) -> int:
+        return hash(self.original)
+
+    def __repr__(self) -> str:
+        return repr(self.original)
+
+    def __reduce__(self) -> Any:
+        return self.original.__reduce__()
+
+
+_PATCHED: dict[int, _Patched] = {}  # id(original) -> what the trace sees in its place
+
+
 def add_tracing_patch(owner: Any, name: str, hook: Callable) -> None:
     """Swap `owner.name` for `hook` while any trace runs (see `tensor_isinstance`)."""
     global _TRACING_PATCHES
-    _ORIGINALS[name] = getattr(owner, name)
+    original = _ORIGINALS[name] = getattr(owner, name)
+    hook = _PATCHED[id(original)] = _Patched(original, hook)
     _TRACING_PATCHES = (*_TRACING_PATCHES, (owner, name, hook))
+
+
+def as_traced(value: Any) -> Any:
+    """A constant as the traced function sees it: `max` passed in is the `max` its code names while tracing."""
+    return _PATCHED.get(id(value), value)
+
+
+def as_original(value: Any) -> Any:
+    """The inverse of `as_traced`, for what the function returns or stores."""
+    return value.original if type(value) is _Patched else value
 
 
 def value_expr(x: Any) -> E.Expr:

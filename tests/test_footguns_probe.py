@@ -1,0 +1,167 @@
+"""Footguns found by probing ordinary Python programs (bench/probe_python.py): each was a wrong result or an
+internal error before its fix. Each call sequence offers an entry compiled for one call an input that it must not
+serve; every call is compared with eager and the exact number of compiles is asserted."""
+
+from __future__ import annotations
+
+import collections
+import enum
+import fractions
+import functools
+import math
+import statistics
+
+import numpy as np
+import pytest
+import torch
+
+import specengine
+from specengine import UnsupportedOpError
+from specengine.trace.proxies import Proxy
+
+
+def _same(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return (
+            list(a) == list(b) and all(type(k) is type(j) for k, j in zip(a, b)) and _same([*a.values()], [*b.values()])
+        )
+    return a == b
+
+
+def _check(fn, calls, misses, hits=None, dynamic=True):
+    cfn = specengine.compile(fn, dynamic=dynamic)
+    for args in calls:
+        expected = fn(*args)
+        got = cfn(*args)
+        assert _same(got, expected), f"{args}: compiled {got!r}, eager {expected!r}"
+    assert specengine.cache_misses(cfn) == misses
+    if hits is not None:
+        assert specengine.cache_hits(cfn) == hits
+    return cfn
+
+
+def _t(*shape, dtype=torch.float32):
+    return (torch.arange(math.prod(shape)).reshape(shape) + 1).to(dtype)
+
+
+# Other number types as operands ----------------------------------------------------------------------------------
+
+
+class Color(enum.IntEnum):
+    RED = 2
+    BLUE = 3
+
+
+def test_an_intenum_compares_as_the_int_it_holds():
+    def f(x):  # was: `n == Color.RED` fell back to identity (False), and the entry served every size
+        n = x.shape[0]
+        return (x * 2 if n == Color.RED else x), n in (Color.RED, Color.BLUE), n + Color.BLUE
+
+    _check(f, [(_t(2),), (_t(3),), (_t(2),), (_t(5),), (_t(7),)], misses=3, hits=2)
+
+
+def test_complex_numpy_and_fraction_operands_pin_and_give_eagers_type():
+    def f(x):  # was: TypeError for `n * 1j`
+        n = x.shape[0]
+        return n * 1j, n * np.float64(0.5), n * fractions.Fraction(1, 2), 1j - n
+
+    _check(f, [(_t(2),), (_t(3),), (_t(2),)], misses=2, hits=1)
+
+
+def test_float_hex_and_int_to_bytes():
+    def f(x, s):
+        return s.hex(), x.shape[0].to_bytes(2, "little")
+
+    _check(f, [(_t(2), 0.5), (_t(3), -0.0), (_t(2), 0.5)], misses=2, hits=1)
+
+
+def test_a_library_calling_type_of_a_traced_number_is_refused():
+    def f(x):  # statistics rebuilds values with type(x)(...): was a TypeError naming NumberProxy.__init__
+        return x * statistics.mean(x.shape)
+
+    with pytest.raises(UnsupportedOpError, match=r"type\(x\)"):
+        specengine.compile(f, dynamic=True)(_t(2, 3))
+
+
+# Builtins swapped while tracing keep their identity for the program ----------------------------------------------
+
+REDUCE = {max: torch.amax, min: torch.amin}
+
+
+def test_builtin_max_passed_in_is_max():
+    def f(x, op):  # was: `op is max` False while tracing (max is swapped), so x * 3, cached for max
+        return x * 2 if op is max else x * 3
+
+    _check(f, [(_t(2), max), (_t(2), min), (_t(3), max), (_t(2), min)], misses=2, hits=2)
+
+
+def test_a_table_keyed_by_builtins_finds_them():
+    def f(x, op):
+        return REDUCE[op](x, 0), REDUCE[max](x, 0), op  # the builtin itself comes back
+
+    _check(f, [(_t(2, 3), max), (_t(2, 3), min), (_t(4, 3), max)], misses=2, hits=1)
+
+
+# Returned containers hold values, never proxies ------------------------------------------------------------------
+
+
+def test_a_returned_dict_keyed_by_sizes_has_int_keys():
+    def f(x):  # was: the keys were NumberProxy objects of the trace
+        return {x.shape[0]: x.sum(), "w": x.shape[1]}, {tuple(x.shape): 1}, {x.shape: 2}, collections.Counter(x.shape)
+
+    cfn = _check(f, [(_t(2, 3),), (_t(3, 3),), (_t(2, 4),), (_t(2, 3),)], misses=3, hits=1)
+    keys = [k for d in cfn(_t(2, 5)) for k in d]
+    assert not any(isinstance(k, Proxy) or (type(k) is tuple and isinstance(k[0], Proxy)) for k in keys)
+    assert type(keys[3]) is torch.Size
+
+
+def test_a_returned_slice_and_frozenset_of_sizes():
+    def f(x):  # was: a slice holding a NumberProxy; frozenset refused
+        n = x.shape[0]
+        return slice(1, n), x[slice(1, n)], frozenset(x.shape)
+
+    _check(f, [(_t(4, 2),), (_t(5, 2),), (_t(0, 2),), (_t(4, 2),)], misses=3, hits=1)
+
+
+# Caches that outlive a trace -------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=16)
+def _positions(n):
+    return torch.arange(n) + 1
+
+
+@functools.cache
+def _width(a, b):
+    return a * 10 + b
+
+
+def test_an_lru_cached_helper_is_traced_through_and_keeps_no_proxy():
+    def f(x):  # was: the second trace (same size, new dtype) got the first trace's proxy: UnboundLocalError
+        return x + _positions(x.shape[0]), x.new_zeros(_width(x.shape[0], 1))
+
+    calls = [(_t(3),), (_t(3, dtype=torch.float64),), (_t(4),), (_t(3),), (_t(0),)]
+    _check(f, calls, misses=4, hits=1)
+    assert _width(3, 1) == 31 and type(_width(3, 1)) is int  # eager calls see no traced value
+    assert torch.equal(_positions(3), torch.tensor([1, 2, 3]))
+
+
+def test_a_traced_value_kept_by_a_nested_cache_is_refused():
+    @functools.lru_cache(maxsize=16)
+    def width(n):  # a cache the engine cannot find to clear (a nested function)
+        return n + 1
+
+    def f(x):
+        return x.new_ones(width(x.shape[0]))
+
+    cfn = specengine.compile(f, dynamic=True)
+    assert cfn(_t(3)).shape == (4,)
+    with pytest.raises(UnsupportedOpError, match="earlier compile"):
+        cfn(_t(3, dtype=torch.float64))  # the cache holds the first trace's n + 1 for n == 3
+    assert specengine.cache_misses(cfn) == 1
