@@ -165,3 +165,53 @@ def test_a_traced_value_kept_by_a_nested_cache_is_refused():
     with pytest.raises(UnsupportedOpError, match="earlier compile"):
         cfn(_t(3, dtype=torch.float64))  # the cache holds the first trace's n + 1 for n == 3
     assert specengine.cache_misses(cfn) == 1
+
+
+# Caught errors show the sizes ------------------------------------------------------------------------------------
+
+
+def test_a_caught_reshape_error_message_is_the_calls_own():
+    def f(x):  # was: the message of the first call (size 7) came back for size 8
+        try:
+            return x.reshape(-1, 3), ""
+        except RuntimeError as e:
+            return x, str(e)
+
+    _check(f, [(_t(7),), (_t(8),), (_t(6),), (_t(9),), (_t(8),)], misses=3, hits=2)
+
+
+def test_caught_broadcast_and_index_error_messages_are_the_calls_own():
+    def f(x, y):
+        try:
+            return x + y, ""
+        except RuntimeError as e:
+            return x, str(e)
+
+    def g(x):
+        try:
+            return x[5], ""
+        except IndexError as e:
+            return x, e.args[0]
+
+    _check(f, [(_t(2), _t(3)), (_t(4), _t(5)), (_t(2), _t(2)), (_t(5), _t(5)), (_t(4), _t(5))], misses=3, hits=2)
+    _check(g, [(_t(3),), (_t(4),), (_t(7),), (_t(9),), (_t(4),)], misses=3, hits=2)
+
+
+# math.floor / math.ceil of a quotient of ints --------------------------------------------------------------------
+
+
+def test_ceil_and_floor_of_an_int_quotient_are_symbolic():
+    def f(x, k):  # was: the float n / 4 was pinned, one entry per size
+        n = x.shape[0]
+        return x.new_zeros(math.ceil(n / 4)), x[: math.floor(n / 3)], math.ceil(n / k), math.floor(-n / 2.0)
+
+    calls = [(_t(4), 3), (_t(5), 3), (_t(0), 3), (_t(1), -2), (_t(9), 5), (_t(8), 3)]
+    cfn = _check(f, calls, misses=1, hits=5)
+    assert "x.shape[0] < 9007199254740992" in [str(g) for g in specengine.last_guards(cfn)]
+
+
+def test_floor_of_a_quotient_of_huge_ints_is_pinned():
+    def f(a, b):  # floor(a / b) differs from a // b past 2**53: rounding of the float quotient
+        return math.floor(a / b), math.ceil(a / b)
+
+    _check(f, [(5, 2), (2**53 + 1, 1), (-(2**53) - 3, 1), (7, 2)], misses=3, hits=1)

@@ -91,10 +91,13 @@ class TraceState:
         paused = top and self.coverage is not None and self.coverage.pause()  # no user code runs in here
         try:
             out = sym.meta(*args, **kwargs)
-        except BaseException:
+        except BaseException as error:
             if top:
                 self.pending_binds.clear()
                 self.pending.clear()
+                from specengine.trace.exceptions import pin_raised
+
+                pin_raised(self, sym.name, args, kwargs, error)  # a caught error's message shows the sizes
             raise
         finally:
             if paused:

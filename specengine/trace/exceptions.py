@@ -132,6 +132,36 @@ def frame_observes(frame: Any) -> bool:
     return bool(code.co_exceptiontable) and _observes(frame, code, frame.f_lasti)
 
 
+def pin_raised(state: Any, op: str, args: tuple, kwargs: dict, error: BaseException) -> None:
+    """An op raised `error` (eager's error, decided with guards) and a handler in the function observes it: the
+    error's message shows sizes and numbers of the op's arguments (`shape '[-1, 3]' is invalid for input of size 7`),
+    so each symbol they mention is pinned; another size takes the same path, with its own message, in its own entry."""
+    from specengine.errors import SpecEngineError
+
+    if isinstance(error, SpecEngineError) or not isinstance(error, Exception):
+        return
+    if not (state.suppressing > 0 or handler_observes()):
+        return
+    from torch.utils import _pytree as pytree
+
+    from specengine.constraints import expr as E
+    from specengine.constraints import floats
+    from specengine.trace.proxies import NumberProxy, TensorProxy
+
+    symbols: set[str] = set()
+    for leaf in pytree.tree_leaves((args, kwargs)):
+        exprs = leaf.dims if isinstance(leaf, TensorProxy) else (leaf.expr,) if isinstance(leaf, NumberProxy) else ()
+        symbols.update(*(e.free_symbols() for e in exprs if hasattr(e, "free_symbols")))
+    hints, reason = state.decider.hints, "the error that a handler catches shows the sizes"
+    for s in sorted(symbols):
+        if s not in hints or state.decider.unbacked.mentions(E.sym(s)):
+            continue
+        if type(hints[s]) is float:
+            state.decide(floats.same(floats.FloatExpr("sym", (s,)), hints[s]), op, reason)
+        else:
+            state.pin(E.sym(s), op, reason)
+
+
 def check_caught(state: Any) -> None:
     """After tracing returned: refuse when the function caught an error of the engine (the trace took the except
     path, where eager takes the other one)."""

@@ -310,10 +310,37 @@ def _rounding(name: str, fn: Callable) -> Callable:
     def method(self: NumberProxy, *args: Any) -> Any:
         if self.python_type is int and not args:
             return self  # floor, ceil, trunc and round of an int are the int
+        if name in ("__floor__", "__ceil__") and not args:
+            q = _int_quotient(self)
+            if q is not None and -(2**53) < q[0] < 2**53:  # a guard, implied where the range bounds it
+                a, b = q
+                return arith("//", a, b) if name == "__floor__" else -arith("//", -a, b)
         return fn(concrete(self), *(concrete(a) for a in args))
 
     method.__name__ = name
     return method
+
+
+def _int_quotient(x: NumberProxy) -> tuple[Any, Any] | None:
+    """The int operands `(a, b)` of `x = a / b` (`math.ceil(n / 4)`), or None.
+
+    Python divides ints correctly rounded, and for |a| < 2**53 the rounding never crosses an integer (the distance
+    from a non-integer a/b to one is at least 1/|b|, the error at most |a/b| * 2**-53), so floor(a / b) == a // b
+    and ceil(a / b) == -(-a // b)."""
+    e = x.expr
+    if not isinstance(e, floats.FloatExpr) or e.op != "/":
+        return None
+    out = []
+    for arg in e.args:
+        if arg.op == "int" and not context.require().decider.unbacked.mentions(arg.args[0]):
+            out.append(_prims().new_number(arg.args[0]))
+        elif arg.op == "const" and type(arg.args[0]) is int:
+            out.append(arg.args[0])
+        elif arg.op == "const" and type(arg.args[0]) is float and arg.args[0].is_integer() and abs(arg.args[0]) < 2**53:
+            out.append(int(arg.args[0]))  # `n / 2.0` is the float `n / 2`
+        else:
+            return None
+    return out[0], out[1]
 
 
 def _install_arithmetic() -> None:
