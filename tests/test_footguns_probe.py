@@ -9,6 +9,7 @@ import enum
 import fractions
 import functools
 import math
+import random
 import statistics
 
 import numpy as np
@@ -215,3 +216,27 @@ def test_floor_of_a_quotient_of_huge_ints_is_pinned():
         return math.floor(a / b), math.ceil(a / b)
 
     _check(f, [(5, 2), (2**53 + 1, 1), (-(2**53) - 3, 1), (7, 2)], misses=3, hits=1)
+
+
+# Random numbers of Python and numpy ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "draw", [lambda: random.random(), lambda: random.randint(1, 9), lambda: float(np.random.rand())]
+)
+def test_python_and_numpy_random_draws_are_refused(draw):
+    def f(x):  # was: drawn once while tracing, every cached call reused the number
+        return x * draw()
+
+    state, np_state = random.getstate(), np.random.get_state()
+    with pytest.raises(UnsupportedOpError, match="random"):
+        specengine.compile(f, dynamic=True)(_t(3))
+    assert random.getstate() == state  # a failed compile changes nothing
+    assert (np.random.get_state()[1] == np_state[1]).all()
+
+
+def test_seeded_generators_created_inside_are_fine():
+    def f(x):  # a generator of its own, seeded: the same numbers on every call, as in eager
+        return x * random.Random(0).random() * float(np.random.default_rng(0).random())
+
+    _check(f, [(_t(3),), (_t(4),), (_t(3),)], misses=1, hits=2)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import random
 import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -168,7 +169,7 @@ def snapshot() -> tuple:
     """The settings and the default generator's random state, read without noting anything."""
     with quiet():  # (torch's getters call the C getters, wrapped while tracing)
         values = tuple(_real(n)() for n in GETTERS if n not in ("get_autocast_dtype", "get_default_device"))
-        return values, torch.default_generator.get_state(), backend_flags.snapshot(), _cuda_rng()
+        return values, torch.default_generator.get_state(), backend_flags.snapshot(), _cuda_rng(), _host_rng()
 
 
 def check_unchanged(before: tuple, state: Any) -> None:
@@ -187,13 +188,40 @@ def check_unchanged(before: tuple, state: Any) -> None:
         raise UnsupportedOpError("drawing random numbers (or changing the random state) inside a compiled function",
                                  "<traced function>", "random ops are not traced; draw the numbers outside the "
                                  "compiled function and pass them in")  # fmt: skip
+    if not _same_host_states(before[4], _host_rng()):
+        raise UnsupportedOpError("drawing random numbers from Python's `random` or numpy's `np.random` inside a "
+                                 "compiled function", "<traced function>", "they would be drawn once, while tracing; "
+                                 "use torch.rand / torch.randint (traced), or draw outside and pass them in")  # fmt: skip
 
 
 def restore_rng(before: tuple) -> None:
     """Undo what anything did to the random state while tracing (a failed compile changes nothing)."""
     torch.default_generator.set_state(before[1])
+    if not _same_host_states(before[4], _host_rng()):
+        _restore_host_rng(before[4])
     if before[3] is not None and not _same_states(before[3], _cuda_rng()):
         torch.cuda.set_rng_state_all(before[3])
+
+
+def _host_rng() -> tuple:
+    """The states of Python's `random` and (where imported) numpy's global generator."""
+    np = sys.modules.get("numpy")
+    return random.getstate(), (np.random.get_state() if np is not None else None)
+
+
+def _same_host_states(a: tuple, b: tuple) -> bool:
+    if a[0] != b[0] or (a[1] is None) != (b[1] is None):
+        return False
+    return a[1] is None or all(
+        (x == y).all() if hasattr(x, "shape") else x == y for x, y in zip(a[1], b[1])
+    )  # (name, keys array, pos, has_gauss, cached_gaussian)
+
+
+def _restore_host_rng(before: tuple) -> None:
+    random.setstate(before[0])
+    np = sys.modules.get("numpy")
+    if before[1] is not None and np is not None:
+        np.random.set_state(before[1])
 
 
 def _cuda_rng() -> list | None:
