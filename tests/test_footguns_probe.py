@@ -240,3 +240,23 @@ def test_seeded_generators_created_inside_are_fine():
         return x * random.Random(0).random() * float(np.random.default_rng(0).random())
 
     _check(f, [(_t(3),), (_t(4),), (_t(3),)], misses=1, hits=2)
+
+
+# torch.tensor of sizes, read back ---------------------------------------------------------------------------------
+
+
+def test_tolist_and_item_of_a_tensor_of_sizes_are_the_sizes():
+    def f(x):  # was: unbacked values, and reshape to them raised "only one dimension can be inferred"
+        s = torch.tensor(x.shape)
+        return x.reshape(s.tolist()), torch.tensor(x.shape[0]).item() + 1, torch.arange(torch.tensor(x.shape[1]).item())
+
+    _check(f, [(_t(2, 3),), (_t(4, 5),), (_t(0, 2),), (_t(1, 1),)], misses=1, hits=3)
+
+
+def test_tolist_of_a_tensor_of_sizes_changed_in_place_reads_the_data():
+    def f(x):
+        s = torch.tensor(x.shape)
+        s[:1].add_(1)  # through a view
+        return s.tolist()
+
+    _check(f, [(_t(2, 3),), (_t(4, 5),), (_t(0, 2),)], misses=1, hits=2)

@@ -89,6 +89,9 @@ def item(t: TensorProxy) -> NumberProxy:
     """`t.item()`: an unbacked int (integer tensors), bool (a 0/1 int, bool tensors) or float (floating tensors),
     bound by `prims.item`."""
     _checked_scalar(t, "item")
+    known = _known(t)
+    if known is not None and not isinstance(known, list):
+        return known  # `torch.tensor(n).item()` is n
     numel = _numel(t.dims)
     if not decide(E.eq(numel, 1), "item", "item() needs one element"):
         raise RuntimeError(f"a Tensor with {numel.eval(context.require().decider.hints)} elements cannot be "
@@ -103,10 +106,19 @@ def item(t: TensorProxy) -> NumberProxy:
     return proxy
 
 
+def _known(t: TensorProxy) -> Any:
+    from specengine.ops.ltorch_literals import known_values
+
+    return known_values(t)
+
+
 def tolist(t: TensorProxy) -> Any:
     """`t.tolist()` of a 1-D integer or floating tensor: a list of unbacked values (its length is pinned); of a 0-d
     tensor, its value."""
     _checked_scalar(t, "tolist")
+    known = _known(t)
+    if isinstance(known, list):
+        return list(known)  # `torch.tensor(x.shape).tolist()` is the sizes
     if t.ndim == 0:
         return item(t)  # as eager: the number itself
     if t.ndim != 1:

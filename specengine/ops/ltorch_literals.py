@@ -14,6 +14,7 @@ import torch
 from specengine.ops import prims
 from specengine.ops.ltorch_creation import _default_float, _device, _finish
 from specengine.ops.registry import has_proxy, torchop
+from specengine.trace import context
 from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
 
 __all__ = ["tensor"]
@@ -57,7 +58,32 @@ def tensor(data: Any, *, dtype: torch.dtype | None = None, device: Any = None, r
     inferred = torch.tensor(_hints(data), dtype=dtype, device="meta").dtype
     if dtype is None and inferred in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
         inferred = _default_float() if not any(isinstance(x, complex) for x in _flat(data)) else inferred
-    return _finish(tensor_literal(_as_list(data), inferred, _device(device)), requires_grad)
+    out = _finish(tensor_literal(_as_list(data), inferred, _device(device)), requires_grad)
+    _note_values(out, data, inferred)
+    return out
+
+
+def _note_values(out: Any, data: Any, dtype: torch.dtype) -> None:
+    """The values of an int64 literal of ints (`torch.tensor(x.shape)`), for `.tolist()` and `.item()` of it."""
+    flat = data if isinstance(data, (list, tuple)) else None
+    values = flat if flat is not None else [data]
+    if dtype is torch.int64 and isinstance(out, TensorProxy) and all(_is_int(v) for v in values):
+        state = context.require()
+        state.literals[id(out)] = (out, len(state.bsyms), list(values) if flat is not None else data)
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int or (type(v) is NumberProxy and v.python_type is int)
+
+
+def known_values(t: TensorProxy) -> Any:
+    """The ints a literal holds (a list, or a number for a 0-d one), where no impure op ran since it was made (an
+    in-place op may have changed it, through a view too); None otherwise."""
+    state = context.require()
+    noted = state.literals.get(id(t))
+    if noted is None or noted[0] is not t or not all(b.sym.pure for b in state.bsyms[noted[1] :]):
+        return None
+    return noted[2]
 
 
 def _flat(data: Any) -> list:

@@ -63,6 +63,7 @@ class TraceState:
         self.contiguous_inputs: set[str] = set()  # inputs whose contiguity the trace relies on (the prologue checks it)
         self.pending_binds: list[str] = []  # unbacked sizes to read from the output of the op being recorded
         self.pending: list = []  # run-time checks decided inside the op being recorded (emitted after it)
+        self.literals: dict[int, tuple] = {}  # id -> (tensor, bsyms before it, values): torch.tensor of ints
         self._observed: list = [None]  # per scope: whether a handler in the user's frames observes the op (lazy)
         from specengine.trace import torchstate
 
