@@ -38,6 +38,8 @@ def _is_minus_one(e: E.Expr, op: str) -> bool:
     """Whether a size is -1 (infer or keep the size); a symbolic size decides it."""
     if e.is_const:
         return e.value == -1
+    if context.require().decider.unbacked.mentions(e):  # a size from data (`x.reshape(t.tolist())`): not -1, as
+        return not decide(E.ne(e, -1), op, "a size from data is not -1")  # torch assumes (asserted at run time)
     return decide(E.eq(e, -1), op, "is the size -1")
 
 
