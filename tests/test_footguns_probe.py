@@ -266,7 +266,11 @@ def test_reshape_to_sizes_read_from_data():
     def f(x, t):  # was: "only one dimension can be inferred" for every call (a data size was assumed to be -1)
         return x.reshape(t.tolist())
 
-    cfn = _check(f, [(_t(2, 3), torch.tensor([3, 2])), (_t(2, 3), torch.tensor([6, 1])), (_t(4), torch.tensor([2, 2]))],
-                 misses=2, hits=1)  # fmt: skip  (a new rank: a new entry)
+    cfn = _check(
+        f,
+        [(_t(2, 3), torch.tensor([3, 2])), (_t(2, 3), torch.tensor([6, 1])), (_t(4), torch.tensor([2, 2]))],
+        misses=2,
+        hits=1,
+    )  # fmt: skip  (a new rank: a new entry)
     with pytest.raises(specengine.DataDependentCheckError, match="-1"):
         cfn(_t(2, 3), torch.tensor([-1, 2]))  # eager infers the -1; the trace assumed a size from data is not -1
