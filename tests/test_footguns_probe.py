@@ -32,6 +32,8 @@ def _same(a, b) -> bool:
         return (
             list(a) == list(b) and all(type(k) is type(j) for k, j in zip(a, b)) and _same([*a.values()], [*b.values()])
         )
+    if isinstance(a, float):
+        return (a != a and b != b) or (a == b and math.copysign(1, a) == math.copysign(1, b))
     return a == b
 
 
@@ -93,6 +95,7 @@ def test_a_library_calling_type_of_a_traced_number_is_refused():
 # Builtins swapped while tracing keep their identity for the program ----------------------------------------------
 
 REDUCE = {max: torch.amax, min: torch.amin}
+NAN = float("nan")
 
 
 def test_builtin_max_passed_in_is_max():
@@ -274,3 +277,15 @@ def test_reshape_to_sizes_read_from_data():
     )  # fmt: skip  (a new rank: a new entry)
     with pytest.raises(specengine.DataDependentCheckError, match="-1"):
         cfn(_t(2, 3), torch.tensor([-1, 2]))  # eager infers the -1; the trace assumed a size from data is not -1
+
+
+# Float arguments pinned under the default mode -------------------------------------------------------------------
+
+
+def test_a_pinned_float_argument_tells_minus_zero_and_matches_nan():
+    def f(x, s):  # was: the default mode's first entry checked `s != 0.0`: -0.0 got 0.0 back; NaN never hit
+        return (x * 2 if s == 0.0 else x), s
+
+    _check(f, [(_t(1), 0.0), (_t(1), -0.0), (_t(1), 0.0), (_t(1), -0.0)], misses=2, hits=2, dynamic=None)
+    _check(f, [(_t(1), NAN), (_t(1), NAN), (_t(1), NAN)], misses=1, hits=2, dynamic=None)
+    _check(f, [(_t(1), 0.0), (_t(1), -0.0), (_t(1), 0.0), (_t(1), -0.0)], misses=1, hits=3, dynamic=True)

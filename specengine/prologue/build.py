@@ -153,6 +153,13 @@ def _const_check(st: _Steps, spec: ConstSpec) -> None:
         st.check(f"{x} is not {v!r}", f"{p} is {v!r}", (p, x))
     elif type(v) is torch.device:  # (devices are equal, not identical, from one tensor to the next)
         st.check(f"type({x}) is not torch.device or {x} != {st.name(v, 'device')}", f"{p} == {v!r}", (p, x))
+    elif type(v) is float and (v != v or v == 0.0):  # NaN is unequal to itself; -0.0 == 0.0 (`copysign` tells)
+        same = (
+            f"{x} != {x}"
+            if v != v
+            else f"{x} == 0.0 and {st.name(math.copysign, 'copysign')}(1.0, {x}) == {math.copysign(1.0, v)}"
+        )
+        st.check(f"type({x}) is not float or not ({same})", f"{p} is {v!r}", (p, x))
     elif type(v) in (int, float, str, complex, bytes):
         st.check(f"type({x}) is not {type(v).__name__} or {x} != {st.name(v, 'const')}", f"{p} == {v!r}", (p, x))
     elif has_value_semantics(v):  # devices, slices, torch.Size...: an equal object serves, not only the same one

@@ -133,14 +133,14 @@ def frame_observes(frame: Any) -> bool:
 
 
 def pin_raised(state: Any, op: str, args: tuple, kwargs: dict, error: BaseException) -> None:
-    """An op raised `error` (eager's error, decided with guards) and a handler in the function observes it: the
-    error's message shows sizes and numbers of the op's arguments (`shape '[-1, 3]' is invalid for input of size 7`),
-    so each symbol they mention is pinned; another size takes the same path, with its own message, in its own entry."""
+    """An op raised `error` (eager's error, decided with guards) and a handler in the function may read it (`except
+    RuntimeError as e`, `traceback.format_exc()`): the error's message shows sizes and numbers of the op's arguments
+    (`shape '[-1, 3]' is invalid for input of size 7`), so each symbol they mention is pinned; another size takes the
+    same path, with its own message, in its own entry. A handler that cannot read it (`except RuntimeError:`,
+    `contextlib.suppress`) pins nothing."""
     from specengine.errors import SpecEngineError
 
-    if isinstance(error, SpecEngineError) or not isinstance(error, Exception):
-        return
-    if not (state.suppressing > 0 or handler_observes()):
+    if isinstance(error, SpecEngineError) or not isinstance(error, Exception) or not _handler_inspects():
         return
     from torch.utils import _pytree as pytree
 
@@ -160,6 +160,50 @@ def pin_raised(state: Any, op: str, args: tuple, kwargs: dict, error: BaseExcept
             state.decide(floats.same(floats.FloatExpr("sym", (s,)), hints[s]), op, reason)
         else:
             state.pin(E.sym(s), op, reason)
+
+
+_INSPECTORS = frozenset({"exc_info", "exception", "format_exc", "print_exc", "format_exception", "print_exception",
+                         "last_value", "TracebackException"})  # fmt: skip
+
+
+def _handler_inspects() -> bool:
+    """Whether the handler that would catch an error raised here (in the user's frames) may read it: an `except ...
+    as name` clause, or a read of `sys.exc_info`, `traceback.format_exc`, ... at or after its start (conservative:
+    anywhere after it in that code)."""
+    from specengine.trace.interpreter import trace_function
+
+    stop = trace_function.__code__
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code is not stop:
+        code = frame.f_code
+        if not _is_internal(code.co_filename) and code.co_exceptiontable:
+            target = _swallowing_target(frame, code, frame.f_lasti)
+            if target is not None:
+                return target < 0 or _may_inspect(code, target)
+        frame = frame.f_back
+    return False
+
+
+def _swallowing_target(frame: Any, code: types.CodeType, offset: int) -> int | None:
+    """The offset of the handler that swallows an error raised at `offset` (-1: unknown), or None."""
+    for _ in range(_MAX_CHAIN):
+        entry = _entry(code, offset)
+        if entry is None:
+            return None
+        swallows, offset = _classify(frame, code, entry.target)
+        if swallows:
+            return entry.target
+    return -1
+
+
+def _may_inspect(code: types.CodeType, target: int) -> bool:
+    instructions = _table(code)[1]
+    start = next(i for i, ins in enumerate(instructions) if ins.offset == target)
+    after = instructions[start:]
+    for a, c in zip(after, after[2:]):
+        if a.opname == "CHECK_EXC_MATCH" and c.opname.startswith("STORE_"):
+            return True
+    return any(i.opname.startswith("LOAD_") and i.argval in _INSPECTORS for i in after)
 
 
 def check_caught(state: Any) -> None:
