@@ -416,6 +416,8 @@ def subsumes(new: Solution, old: Solution, timeout_ms: int = 30_000) -> bool:
     """
     if new.key == old.key or not new.guards:
         return True
+    if any(isinstance(g.expr, FloatExpr) for g in (*old.guards, *new.guards)):
+        return False  # z3 sees floats as reals: NaN's entry (`not (s > 0) and not (s <= 0)`) looks empty
     if any(old.pinned.get(s) != v for s, v in new.pinned.items()):
         return False  # old leaves free (or pins elsewhere) a symbol that new pins
     ranges = {s: r for s, r in old.ranges.items() if r[0] != r[1]}
