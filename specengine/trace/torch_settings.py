@@ -174,7 +174,7 @@ def snapshot() -> tuple:
 
 def check_unchanged(before: tuple, state: Any) -> None:
     """Refuse a trace that changed a setting, or drew random numbers (ops run eagerly at trace time)."""
-    values, rng, flags, _ = snapshot()
+    values, rng, flags, *_ = snapshot()
     names = [n for n in GETTERS if n not in ("get_autocast_dtype", "get_default_device")]
     for name, old, new in zip(names, before[0], values):
         if old != new:
