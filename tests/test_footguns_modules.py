@@ -8,6 +8,9 @@ compared with eager (sizes 0, 1 and 2 among them) and the exact numbers of compi
 
 from __future__ import annotations
 
+import copy
+import functools
+
 import pytest
 import torch
 import torch.nn as nn
@@ -318,3 +321,78 @@ def test_a_tensor_hook_registered_in_forward_runs_on_every_call():
     with pytest.raises(UnsupportedOpError, match="holds traced values"):
         specengine.compile(holds_a_proxy, dynamic=True)(torch.randn(2, requires_grad=True))
     assert counts(cfn) == (1, 2)  # self.grads, filled by the hook between calls, is not read by forward: not guarded
+
+
+class _Heads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.heads = 1
+
+    @functools.cached_property
+    def scale(self):  # stored straight into __dict__ by its first read, while tracing
+        return 1.0 / (3 // self.heads)
+
+    def forward(self, x):
+        return self.lin(x).reshape(x.shape[0], self.heads, 3 // self.heads) * self.scale
+
+
+def test_a_cached_property_computed_while_tracing_is_kept():
+    model = _Heads()
+    cfn = specengine.compile(model, dynamic=True)
+    _same(cfn, model, torch.randn(2, 3))
+    assert model.__dict__["scale"] == 1 / 3
+    model.heads = 3
+    _same(cfn, model, torch.randn(0, 3))  # the cached scale stays 1/3, as in eager
+    del model.scale
+    _same(cfn, model, torch.randn(1, 3))
+
+    class WritesAProxy(nn.Module):
+        def forward(self, x):
+            self.__dict__["n"] = x.shape[0]
+            return x * self.n
+
+    bad = WritesAProxy()
+    with pytest.raises(UnsupportedOpError, match="without Module.__setattr__"):
+        specengine.compile(bad, dynamic=True)(torch.ones(3))
+    assert "n" not in bad.__dict__
+    assert counts(cfn) == (3, 0)
+
+
+def test_spectral_norm_power_iteration_writes_its_buffers():
+    model = nn.utils.parametrizations.spectral_norm(nn.Linear(3, 3))  # normalize(..., out=v) in training
+    old = nn.utils.spectral_norm(nn.Linear(3, 3))
+    for m in (model, old):
+        ref = copy.deepcopy(m)
+        cfn = specengine.compile(m, dynamic=True)
+        for i, n in enumerate((2, 1, 0, 2)):
+            m.train(i != 1)
+            ref.train(i != 1)
+            torch.testing.assert_close(cfn(torch.ones(n, 3)), ref(torch.ones(n, 3)))
+            torch.testing.assert_close(dict(m.named_buffers()), dict(ref.named_buffers()))
+    assert counts(cfn) == (3, 1)  # the old hook assigns `weight` as a new attribute: one more compile
+
+
+class _Teacher(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.student = nn.Linear(2, 2)
+        self.teachers = [nn.Linear(2, 2), nn.Linear(2, 2)]  # a plain list: kept out of the state dict
+
+    def forward(self, x):
+        return self.student(x) - sum(t(x) for t in self.teachers)
+
+
+def test_modules_in_a_plain_list_attribute_are_state():
+    model = _Teacher()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (2, 0, 1):
+        _same(cfn, model, torch.randn(n, 2))
+    with torch.no_grad():
+        model.teachers[0].weight.zero_()
+    _same(cfn, model, torch.randn(2, 2))
+    model.teachers[1] = nn.Linear(2, 2)  # replaced in place: a structure change
+    _same(cfn, model, torch.randn(2, 2))
+    model.teachers.append(nn.Linear(2, 2))
+    _same(cfn, model, torch.randn(2, 2))
+    assert counts(cfn) == (3, 3)

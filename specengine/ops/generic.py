@@ -31,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from specengine.errors import UnsupportedOpError
 from specengine.ops import fake_rules
-from specengine.trace import context, unbound_methods
+from specengine.trace import context, proxies, unbound_methods
 from specengine.trace import kernel_decisions as K
 from specengine.trace import shape_env as SE
 from specengine.trace import symnode as S
@@ -185,6 +185,25 @@ def _device(device: Any) -> torch.device:
     return device if isinstance(device, torch.device) else torch.device(device)
 
 
+def _with_out(func: Callable, name: str, args: tuple, kwargs: dict) -> Any:
+    """`op(..., out=t)` (spectral_norm's `normalize(..., out=v)`): the op, then copied into `t`, which is returned;
+    where `t` would be resized or cast (a shape or dtype other than the result's), refused."""
+    out = kwargs["out"]
+    result = (
+        generic_call(func, args, {k: v for k, v in kwargs.items() if k != "out"}) if isinstance(out, Proxy) else None
+    )
+    if not (isinstance(out, TensorProxy) and isinstance(result, TensorProxy) and out.dtype == result.dtype
+            and out.ndim == result.ndim and all(_same_size(a, b, name) for a, b in zip(out.dims, result.dims))):  # fmt: skip
+        raise unsupported(f"{name}(out=...)", "assign the result instead of passing out=")
+    return proxies.HOOKS.dispatch_torch(torch.Tensor.copy_, (out, result), {})
+
+
+def _same_size(a: Any, b: Any, name: str) -> bool:
+    from specengine.constraints import expr as E
+
+    return a == b or context.require().decide(E.eq(a, b), name, "out= is written without resizing")
+
+
 def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
     """Trace `func(*args, **kwargs)` through torch's meta kernel; raises UnsupportedOpError where it cannot."""
     name = op_name(func)
@@ -192,7 +211,7 @@ def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
         with torch._C.DisableTorchFunction():  # a fact of the dtype
             return getattr(torch.empty((), dtype=args[0].dtype, device="meta"), name.rpartition(".")[2])()
     if kwargs.get("out") is not None:
-        raise unsupported(f"{name}(out=...)", "assign the result instead of passing out=")
+        return _with_out(func, name, args, kwargs)
     _check_printable(name, (args, kwargs))
     stand_ins = _Stand_ins()
     margs, mkwargs = pytree.tree_map(stand_ins.convert, (args, kwargs))

@@ -68,6 +68,11 @@ def lifted_proxy(state: Any, t: torch.Tensor) -> TensorProxy:
     if t.layout is not torch.strided or t.is_quantized or type(t) not in (torch.Tensor, torch.nn.Parameter):
         raise unsupported(f"a {t.layout} or subclass tensor closed over from outside", "pass it as an argument")
     path = find_path(t, state.outside_roots)
+    if path is None and isinstance(t, torch.nn.Parameter):
+        raise unsupported("a parameter reached other than through its module (an optimizer's param_groups, a "
+                          "container of modules in a global)", "run optimizer steps, zero_grad and backward "
+                          "outside the compiled function; pass modules directly (a global, an argument, an "
+                          "attribute)")  # fmt: skip
     if path is None:
         raise unsupported("a tensor closed over from outside that is not reached from the function's globals or "
                           "closure variables", "pass the tensor as an argument")  # fmt: skip

@@ -50,6 +50,10 @@ class Slot:
             put(self.holder, self.key, value)  # the engine's own swap: no structure change
 
 
+def _all_modules(value: list | tuple | dict) -> bool:
+    return all(isinstance(v, torch.nn.Module) for v in (value.values() if type(value) is dict else value))
+
+
 def _lazy(module: torch.nn.Module, name: str) -> Exception:
     from specengine.trace.proxies import unsupported
 
@@ -118,6 +122,11 @@ class StateBuilder:
                     continue
                 if isinstance(value, torch.Tensor):
                     self.tensor(path, read, Slot(sub.__dict__, attr), value)
+                elif type(value) in (list, tuple, dict) and value and _all_modules(value):
+                    # `self.teacher = [model]` (kept out of the state dict): their state is input as for submodules;
+                    # which modules the container holds is part of the structure fingerprint
+                    for i, mod in enumerate(value.values() if type(value) is dict else value):
+                        self.module(mod, f"{path}[{i}]", f"_root_{len(self.specs.roots)}")
         self.specs.structure.append(StructureGuard(module, path_root, self.promoted))
         configs = list({id(o): o for _, sub in subs for o in config_objects(sub)}.values())
         self.specs.structure.append(ClassGuard([type(s) for _, s in subs] + user_classes(configs), path_root))

@@ -154,7 +154,12 @@ def recording(modules: list, inputs: set[tuple[int, str]], promoted: frozenset) 
     finally:
         _recorder.reset(token)
         rec.writes = rec.finish()
+        cached = _cache_writes(tables, before) if ok else []
         changed = [(s, name, k) for (s, name, t), old in zip(tables, before) for k in revert_changes(t, old)]
+        for t, k in cached if changed else ():  # refused: nothing stays
+            t.pop(k, None)
+    if cached and not changed:  # a cached constant kept, as eager keeps it: trace again with it an attribute
+        raise Promote(None)
     if changed and ok:  # register_buffer, add_module, `_buffers[k] = ...` in forward: would leave a proxy there
         from specengine.errors import UnsupportedOpError
 
@@ -172,6 +177,18 @@ def recording(modules: list, inputs: set[tuple[int, str]], promoted: frozenset) 
 
 
 _TABLES = ("_parameters", "_buffers", "_modules", "__dict__")  # __dict__: writes that bypass __setattr__
+
+
+def _cache_writes(tables: list, before: list) -> list:
+    """Constants written straight into a module's `__dict__` while tracing (a `functools.cached_property` of ints
+    and floats, which bypasses `__setattr__`): added to the snapshot, so that they stay, as eager keeps them."""
+    kept = []
+    for (_, name, t), old in zip(tables, before):
+        if name == "__dict__":
+            for k in [k for k in t if k not in old and has_value_semantics(t[k])]:
+                old[k] = t[k]
+                kept.append((t, k))
+    return kept
 
 
 def revert_changes(d: dict, old: dict) -> list:
