@@ -234,3 +234,41 @@ def test_long_chains_of_views_and_writes():
         kinds.append(type(out).__name__ if isinstance(out, Exception) else "ok")
     assert kinds == ["RuntimeError", "ok", "RuntimeError"]
     assert counts(cfn) == (1, 1)
+
+
+def _caught_fresh(x, y):
+    try:
+        z = x * 2
+        z.add_(1)  # a tensor an op made: nothing to check
+        x.mul_(2)  # a contiguous input: no internal overlap whatever its sizes (the prologue checks contiguity)
+        y.t().add_(x.t())  # sources that share nothing with what is written (broadcasting pins the sizes here)
+    except RuntimeError:
+        z = x
+    return z
+
+
+def test_writes_that_cannot_overlap_pin_nothing_inside_try():
+    cfn = specengine.compile(_caught_fresh, dynamic=True)
+    for n in (2, 3, 0, 1):
+        both(_caught_fresh, cfn, lambda n=n: [torch.randn(n, 3), torch.randn(n, 3)])
+    assert counts(cfn) == (4, 0)
+    assert [str(g) for g in specengine.last_guards(cfn)] == [f"{t}.shape[{d}] == {v}" for t in "xy" for d, v in
+                                                             enumerate((1, 3))]  # fmt: skip
+    cfn = specengine.compile(_caught_scalars, dynamic=True)
+    for n in (2, 3, 0, 1):
+        both(_caught_scalars, cfn, lambda n=n: [torch.randn(n, 3)])
+    assert counts(cfn) == (1, 3) and specengine.last_guards(cfn) == []
+    with pytest.raises(specengine.UnsupportedOpError, match="non-contiguous input x"):
+        cfn(torch.randn(3, 2).t())  # (its strides decide whether it overlaps itself; the prologue does not see them)
+
+
+def _caught_scalars(x):
+    try:
+        z = x * 2
+        z.add_(1)
+        x.mul_(2)
+        w = torch.zeros(2, 3)
+        w.t().sub_(1)  # a view of a tensor a factory made (the factory does not run while checking)
+    except RuntimeError:
+        z = x
+    return z, w

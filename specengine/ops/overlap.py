@@ -7,11 +7,17 @@ a full overlap (the same elements with the same strides) is allowed. The check i
 which specengine does not trace. So the rules of in-place ops ask here, before their other checks (eager's order):
 the layouts of the tensors involved are rebuilt for the example sizes by replaying, on meta tensors, the ops that made
 them, from each input's example strides and storage (distinct inputs that share a storage share a meta storage).
+Factories are not run (a contiguous tensor of their shape stands in), nor ops that name a device. First, without
+running anything, the storages a tensor may share are found from torch's aten schemas (an op whose schema returns
+no alias makes a new tensor, which has no internal overlap); where the written tensor is such a tensor and shares
+nothing with a source, nothing is replayed.
 
 Like a broadcast, the check is made on the example only: the torch op itself raises eager's error at run time for
 other inputs, in program order. Where an exception handler in the user's frames observes the op, every size the
 layouts depend on is pinned with a guard (and a root input's contiguity checked by the prologue), so the check goes
-the same way for every input the entry serves; where a layout cannot be rebuilt there, the op is refused.
+the same way for every input the entry serves; where a layout cannot be rebuilt there, the op is refused (also where
+the answer depends on what the prologue does not check: a non-contiguous input's strides, the stride of a size-1 dim,
+whether distinct inputs share memory). Not seen there: distinct inputs that share memory in a later call only.
 """
 
 from __future__ import annotations
@@ -141,8 +147,11 @@ class Examples:
             stack.pop()
         return memo[self._key(proxy, goal)]
 
+    def binding_now(self, proxy: TensorProxy) -> int:
+        return self._binding(proxy, len(self.top) + len(self.open))
+
     def key_now(self, proxy: TensorProxy) -> tuple:
-        return self._key(proxy, self._binding(proxy, len(self.top) + len(self.open)))
+        return self._key(proxy, self.binding_now(proxy))
 
     def _key(self, proxy: TensorProxy, pos: int) -> tuple:
         return (id(proxy), id(self._at(pos)) if pos >= 0 else 0)
@@ -184,15 +193,19 @@ class Examples:
         self.replayed += 1
         if self.replayed > _MAX_REPLAY or not bsym.sym.pure or bsym.sym.impl is None:
             raise _Unknown
+        if not _tensor_args(bsym):  # a factory: never run (it would allocate, and draw random numbers)
+            return self._made(bsym, proxy)
         deps: list = []
         args = leaves.map_leaves(lambda v: self._concrete(v, pos, deps), (bsym.args, bsym.kwargs_dict))
+        if "device" in args[1] or any(isinstance(v, torch.device) for v in leaves.leaves(args)):
+            raise _Unknown  # (it could make a tensor on a real device)
         try:
             with torch._C.DisableTorchFunction():
                 out = bsym.sym.impl(*args[0], **args[1])
         except Exception as e:  # an op that meta tensors cannot run (data-dependent, another device)
             raise _Unknown from e
         metas = [m for m in leaves.leaves(out) if isinstance(m, torch.Tensor)]
-        outs = [o for o in bsym.flat_outs() if isinstance(o, TensorProxy)]
+        outs = _tensor_outs(bsym)
         if len(metas) != len(outs):
             raise _Unknown
         found = None
@@ -206,6 +219,15 @@ class Examples:
         if found is None:
             raise _Unknown
         return found, tuple(deps)
+
+    def _made(self, bsym: Any, proxy: TensorProxy) -> tuple[torch.Tensor, tuple]:
+        """A factory's tensor: contiguous, in a storage of its own (unless it names strides or a memory format)."""
+        name = getattr(bsym.sym.impl, "__name__", "") or ""
+        if "memory_format" in bsym.kwargs_dict or "strided" in name or len(_tensor_outs(bsym)) != 1:
+            raise _Unknown
+        with torch._C.DisableTorchFunction():
+            meta = torch.empty([self._int(d) for d in proxy.dims], dtype=proxy.dtype, device="meta")
+        return meta, tuple(d for d in proxy.dims if not d.is_const)
 
     def _concrete(self, v: Any, pos: int, deps: list) -> Any:
         if isinstance(v, TensorProxy):
@@ -249,6 +271,10 @@ def _fresh_name(name: str) -> bool:
 def _fresh(bsym: Any) -> bool:
     """Whether a bound symbol makes new tensors (their storage shares nothing with its inputs)."""
     return bsym.sym.pure and _fresh_name(getattr(bsym.sym.impl, "__name__", "") or "")
+
+
+def _tensor_outs(bsym: Any) -> list:
+    return [o for o in bsym.flat_outs() if isinstance(o, TensorProxy)]
 
 
 def _tensor_args(bsym: Any) -> list:
@@ -297,12 +323,11 @@ def check_write(dst: TensorProxy, srcs: tuple = (), op: str = "", internal: bool
     ex = _examples(state)
     ex.sync()
     observed = state.observed()
-    if not observed:  # only what may overlap: a view written, or sharing storage with a source
-        mine = ex.roots(dst)
-        srcs = tuple(s for s in srcs if mine & ex.roots(s))
-        internal = internal and mine != {ex.key_now(dst)}  # (a tensor an op made: no internal overlap)
-        if not srcs and not internal:
-            return
+    mine = ex.roots(dst)  # only what may overlap: a view written, or sharing storage with a source
+    srcs = tuple(s for s in srcs if mine & ex.roots(s))
+    internal = internal and mine != {ex.key_now(dst)} and not _contiguous_input(state, ex, dst, observed)
+    if not srcs and not internal:  # (a tensor an op made has no internal overlap)
+        return
     d, deps = ex.of(dst)
     metas = [ex.of(s) for s in srcs]
     if d is None or any(m is None for m, _ in metas):
@@ -326,6 +351,15 @@ def check_write(dst: TensorProxy, srcs: tuple = (), op: str = "", internal: bool
                 raise _refusal(op, _UNIT)
             if status.startswith("partial"):
                 raise RuntimeError(PARTIAL)
+
+
+def _contiguous_input(state: Any, ex: Examples, proxy: TensorProxy, observed: bool) -> bool:
+    """An input contiguous in the example (and, where a handler observes the check, in every call the entry serves:
+    the prologue checks it) has no internal overlap, whatever its sizes."""
+    if not (observed and ex.binding_now(proxy) < 0 and state.input_contiguity.get(proxy.name, False)):
+        return False
+    state.contiguous_inputs.add(proxy.name)
+    return True
 
 
 def _expanded(m: torch.Tensor, shape: torch.Size) -> torch.Tensor:
