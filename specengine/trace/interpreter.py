@@ -187,7 +187,8 @@ def _guard_config_objects(specs: InputSpecs, plain: list, constants: list, ran: 
     """Config objects read as globals, closure variables or attributes of a bound `self`, or passed in as constants
     (objects that are not plain, guarded by identity): their fields. The module structure guards keep the contents
     of the containers the code that ran may read (`ran`: what ran while tracing)."""
-    from specengine.prologue.structure import ObjectsGuard, StructureGuard, config_objects_of, names_read
+    from specengine.prologue.fields import config_objects_of, names_read
+    from specengine.prologue.structure import ObjectsGuard, StructureGuard
 
     names = names_read(ran.codes)
     for g in specs.structure:

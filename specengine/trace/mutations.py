@@ -33,7 +33,8 @@ from typing import Any, Callable, Iterator
 import torch
 
 from specengine.errors import UnsupportedOpError
-from specengine.prologue.structure import _GLOBAL_HOOKS, _HOOKS, INTERNAL, PLAIN_LIBRARY
+from specengine.prologue.fields import PLAIN_LIBRARY
+from specengine.prologue.structure import _GLOBAL_HOOKS, _HOOKS, INTERNAL
 from specengine.trace.proxies import Proxy
 
 _MISSING = object()
