@@ -254,3 +254,42 @@ def test_a_c_flag_set_inside_is_refused(setter):
         cfn(torch.randn(2))
     after = (torch._C._get_cudnn_benchmark(), torch._C._get_deterministic_algorithms(), torch._C._get_nnpack_enabled())
     assert after == before and counts(cfn) == (0, 0)
+
+
+# Writes to modules while tracing ------------------------------------------------------------------------------------
+
+
+def _counts_in_module(x):
+    cfg.SCALE += 1
+    return x * cfg.SCALE
+
+
+def _sets_through_setattr(x):
+    setattr(cfg, "FLAG", not cfg.FLAG)  # noqa: B010 - the pattern under test
+    return x + 1
+
+
+_helpers = types.ModuleType("specengine_test_helpers")
+exec("N = 0\ndef bump(x):\n    global N\n    N += 1\n    return x * N\n", vars(_helpers))  # noqa: S102 - a test
+
+
+@pytest.mark.parametrize("fn", [_counts_in_module, _sets_through_setattr, _helpers.bump], ids=lambda f: f.__name__)
+def test_a_module_written_while_tracing_is_refused_and_put_back(fn):
+    before = (cfg.SCALE, cfg.FLAG, _helpers.N)
+    cfn = specengine.compile(lambda x: fn(x) + 1, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match="assigning"):
+        cfn(torch.randn(2))
+    assert (cfg.SCALE, cfg.FLAG, _helpers.N) == before and counts(cfn) == (0, 0)
+
+
+def _lazily_built(x):
+    if getattr(cfg, "kernel", None) is None:
+        cfg.kernel = torch.neg
+    return cfg.kernel(x)
+
+
+def test_a_lazy_initialisation_of_a_module_attribute_is_allowed():
+    vars(cfg).pop("kernel", None)
+    cfn = specengine.compile(_lazily_built, dynamic=True)
+    _calls(cfn, _lazily_built, [(_same, 0), (_same, 1), (_same, 2)])
+    assert cfg.kernel is torch.neg and counts(cfn) == (1, 2)  # guarded as set: the entry serves the later calls

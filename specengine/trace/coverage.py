@@ -35,6 +35,7 @@ from typing import Any, Iterator
 
 from specengine.errors import UnsupportedOpError
 from specengine.provenance import _is_internal
+from specengine.trace import module_reads
 
 _SKIP, _USER, _ENTER, _TYPE = 0, 1, 2, 4
 _STDLIB = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
@@ -85,6 +86,7 @@ class Coverage:
         self.kinds: dict[types.CodeType, int] = {}
         self.frees: dict[types.CodeType, set] = {}  # user code with free variables -> ids of their values as run
         self.free_modules: dict[types.CodeType, dict] = {}  # user code -> its closure variables holding modules
+        self.written: dict[int, tuple] = {}  # module dicts that user code that ran may write (module_reads.py)
         self.typed: list[dict] = []  # globals given a `type` of their own
         self._typed_ids: set[int] = set()
         self.prev: Any = None
@@ -102,7 +104,8 @@ class Coverage:
 
     def _note(self, frame: types.FrameType, code: types.CodeType, kind: int) -> None:
         if kind & _USER:
-            if code not in self.codes:
+            first = code not in self.codes
+            if first:
                 self.codes[code] = frame.f_globals
             if code.co_freevars:  # which function of this code runs: the values of its cells tell
                 local = frame.f_locals
@@ -110,6 +113,8 @@ class Coverage:
                 mods = {n: v for n in code.co_freevars if isinstance(v := local.get(n), types.ModuleType)}
                 if mods:  # (module_reads.py follows their attributes)
                     self.free_modules.setdefault(code, {}).update(mods)
+            if first and code.co_name != "<module>" and not code.co_filename.startswith(_SITE):  # (see module_reads)
+                module_reads.note_writes(self.written, code, frame.f_globals, self.free_modules.get(code, {}))
         if kind & _TYPE:
             self._give_type(frame.f_globals)
         back = frame.f_back
@@ -276,11 +281,13 @@ def current() -> Coverage | None:
 
 
 @contextmanager
-def collecting(state: Any) -> Iterator[Coverage]:
-    """Note the user code that runs inside the block (this thread); `state.coverage` is it meanwhile."""
+def collecting(state: Any, written: dict | None = None) -> Iterator[Coverage]:
+    """Note the user code that runs inside the block (this thread); `state.coverage` is it meanwhile. The module
+    dicts that code may write are snapshotted into `written` (`module_reads.unchanged` compares them)."""
     from specengine.trace.pytypes import take_type
 
     cov = Coverage()
+    cov.written = {} if written is None else written
     cov.prev = sys.gettrace()
     outer = current()
     _local.coverage = state.coverage = cov

@@ -153,12 +153,14 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
         unbound_methods.swapped(target),
     ):
         found = mutations.roots(modules, plain, shadows.outside, target)
+        written: dict = {}  # module dicts user code may write: snapshotted by coverage, compared by module_reads
         with (
+            module_reads.unchanged(written),
             writes.recording(modules, inputs, specs.promoted) as recorder,
             writes.objects_unchanged(plain, target),
             shadows.constants_unchanged(),
             mutations.unchanged(found, target) as walk,
-            coverage.collecting(state) as ran,  # the user code that runs (prologue/external.py guards its reads)
+            coverage.collecting(state, written) as ran,  # the user code that runs (external.py guards its reads)
             mutations.caches_cleared(ran),  # lru caches filled while tracing hold proxies
         ):
             mutations.check_not_aliased(specs, walk, shadows.rebuilt)
@@ -203,14 +205,15 @@ def _guard_config_objects(specs: InputSpecs, plain: list, constants: list, ran: 
 
 
 def _guard_containers(specs: InputSpecs) -> None:
-    """A list or dict of values with value semantics read as a global, a module attribute or a closure variable
-    (`CFG["scale"]`, `mymod.ORDER[0]`) can change in place between calls: its contents are compared on every call
-    (its identity is guarded with the other captured values)."""
+    """A list or dict of values with value semantics read as a global or a module attribute (`CFG["scale"]`,
+    `mymod.ORDER[0]`) can change in place between calls: its contents are compared on every call (its identity is
+    guarded with the other captured values). Not closure variables: a list a closure appends to (a log) would
+    recompile every call."""
     from specengine.prologue.external import ObjGuard, has_value_semantics
 
     for c in specs.captured:
         value = c[2]
-        if type(value) in (list, dict):
+        if c[0] != "cell" and type(value) in (list, dict):
             contents = tuple(value.items()) if type(value) is dict else tuple(value)
             if has_value_semantics(contents):
                 key = f"_held_{id(value)}"

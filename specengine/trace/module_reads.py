@@ -12,8 +12,19 @@ Modules treated as immutable (their attributes are not guarded): the standard li
 `torch` (and `functorch`), `numpy`, `specengine` and what it runs (`z3`). Every other module is guarded: the
 user's own, `__main__`, modules made with `types.ModuleType`, and third-party packages.
 
-Not seen: a module passed as a value (`helper(mymod)`, `m = mymod` and then `m.X`), `getattr(mymod, name)` with a
-computed name, `vars(mymod)`, and attributes given by a module's `__getattr__`.
+Writes are refused: a user code object that may assign a global (`global n; n += 1` in a helper of another
+module) or an attribute of a module that may change (`cfg.N += 1`, `setattr(cfg, "N", 1)`) has that module's
+`__dict__` snapshotted when it first starts while tracing (`coverage.py`); after the trace, what changed is put
+back and the compile refused (the write would happen only while tracing, never on cached calls). Allowed: a first
+assignment of an object without value semantics (a function, a class, a handler, a list) to a global that was
+None or absent (lazy initialisation: `_kernel = _kernel or build()`), modules being imported, and the code of
+installed packages (site-packages), whose globals are their own internal state (caches, handlers, warn-once flags).
+
+Not seen: a module passed as a value and read as `m.X` (`helper(mymod)`, `m = mymod`), `getattr(mymod, name)` with
+a computed name, `vars(mymod)[k]`, `mymod.__dict__[k]`, and attributes given by a module's `__getattr__`. (Wrapping
+the builtin `getattr` while tracing would see computed names, but it would put a specengine frame between the
+caller and every descriptor or `__getattr__` that `getattr` runs, which the checks of who called a torch getter
+read.)
 """
 
 from __future__ import annotations
@@ -24,25 +35,30 @@ import importlib.util
 import os
 import sys
 import types
+from contextlib import contextmanager
 from typing import Any, Iterator
+
+from specengine.errors import UnsupportedOpError
 
 _FRAMEWORKS = frozenset({"torch", "functorch", "numpy", "specengine", "z3", "builtins"})
 _SOURCES = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FAST")
 _ATTRS = ("LOAD_ATTR", "LOAD_METHOD")
 _STORES = ("STORE_FAST", "STORE_DEREF", "STORE_NAME", "STORE_GLOBAL")
 _CALLS = ("PRECALL", "CALL", "CALL_FUNCTION", "CALL_FUNCTION_EX")
+_WRITES = ("STORE_ATTR", "DELETE_ATTR")
 
 
 def immutable(mod: types.ModuleType) -> bool:
     """Whether a module's attributes are taken as constants (see the module docstring)."""
-    name = getattr(mod, "__name__", None)
+    d = vars(mod)
+    name = d.get("__name__")
     if not isinstance(name, str):
         return False
     if name.partition(".")[0] in _FRAMEWORKS or name in sys.builtin_module_names:
         return True
     from specengine.trace.coverage import _library
 
-    file = getattr(mod, "__file__", None)
+    file = d.get("__file__")
     return isinstance(file, str) and _library(os.path.abspath(file))
 
 
@@ -72,7 +88,10 @@ def _chains(ins: list, k: int, source: tuple) -> Iterator[tuple]:
     while j < len(ins) and ins[j].opname in _ATTRS:
         attrs.append(ins[j].argval)
         j += 1
+    if j < len(ins) and ins[j].opname in _WRITES:  # `mymod.n = v`, `del mymod.n`: a write on the chain's end
+        yield ("write", source, tuple(attrs))
     if j + 1 < len(ins) and ins[j].opname == "COPY" and ins[j + 1].opname in _ATTRS:  # `mymod.n += 1`
+        yield ("write", source, tuple(attrs))
         attrs.append(ins[j + 1].argval)
     if source[0] == "import" and source[3]:  # `from m import a, b`: each IMPORT_FROM reads the module's attribute
         while j + 1 < len(ins) and ins[j].opname == "IMPORT_FROM":
@@ -92,6 +111,8 @@ def _chains(ins: list, k: int, source: tuple) -> Iterator[tuple]:
         yield (source, tuple(attrs))
     if j + 1 < len(ins) and ins[j].opname == "LOAD_CONST" and isinstance(ins[j].argval, str) and k > 0:
         prev = ins[k - 1]  # `getattr(mymod, "X")`, `hasattr(mymod, "X")`, `getattr(mymod, "X", default)`
+        if prev.opname in ("LOAD_GLOBAL", "LOAD_NAME") and prev.argval in ("setattr", "delattr"):
+            yield ("write", source, tuple(attrs))
         if prev.opname in ("LOAD_GLOBAL", "LOAD_NAME") and prev.argval in ("getattr", "hasattr") and not attrs:
             after = ins[j + 1] if ins[j + 1].opname in _CALLS else ins[j + 2] if j + 2 < len(ins) else None
             if after is not None and after.opname in _CALLS:
@@ -115,17 +136,22 @@ def _resolve(source: tuple, glb: dict, local: dict) -> Any:
     return sys.modules.get(full if fromlist or not full else full.partition(".")[0])
 
 
-def reads(code: types.CodeType, glb: dict, free_modules: dict) -> list[tuple[types.ModuleType, str]]:
-    """(module, attribute) for each attribute of a module that may change that `code` reads."""
+def _locals(code: types.CodeType, glb: dict, free_modules: dict) -> dict:
     local = dict(free_modules)  # closure variables holding modules, then locals bound by imports
     for p in patterns(code):
         if p[0] == "bind":
             value = _follow(_resolve(p[2], glb, local), p[3])
             if isinstance(value, types.ModuleType):
                 local[p[1]] = value
+    return local
+
+
+def reads(code: types.CodeType, glb: dict, free_modules: dict) -> list[tuple[types.ModuleType, str]]:
+    """(module, attribute) for each attribute of a module that may change that `code` reads."""
+    local = _locals(code, glb, free_modules)
     out = []
     for p in patterns(code):
-        if p[0] == "bind":
+        if p[0] in ("bind", "write"):
             continue
         obj = _resolve(p[0], glb, local)
         for attr in p[1]:
@@ -148,14 +174,13 @@ def captured(codes: dict, free_modules: dict, absent: Any) -> list:
     for the attributes of modules read by `codes` (code -> the globals it ran with). `absent` stands for a missing
     attribute (its absence is guarded); attributes a module's `__getattr__` would give are left out."""
     out = []
-    for code, glb in codes.items():
-        for mod, attr in reads(code, glb, free_modules.get(code, {})):
-            d = vars(mod)
-            if attr not in d and "__getattr__" in d:
-                continue
-            value = d.get(attr, absent)
-            if not isinstance(value, types.ModuleType):
-                out.append(("attr", (attr, f"{mod.__name__}.{attr}"), value, d))
+    for mod, attr in [r for code, glb in codes.items() for r in reads(code, glb, free_modules.get(code, {}))]:
+        d = vars(mod)
+        if attr not in d and "__getattr__" in d:
+            continue
+        value = d.get(attr, absent)
+        if not isinstance(value, types.ModuleType):
+            out.append(("attr", (attr, f"{d.get('__name__', 'a module')}.{attr}"), value, d))
     return out
 
 
@@ -171,3 +196,91 @@ def roots(target: Any) -> list:
         todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
         out += [("global", attr, vars(m)[attr], vars(m)) for m, attr in reads(c, glb, {}) if attr in vars(m)]
     return out
+
+
+_GLOBAL_WRITES = ("STORE_GLOBAL", "DELETE_GLOBAL")
+
+
+@functools.lru_cache(maxsize=4096)
+def _writes_globals(code: types.CodeType) -> bool:
+    return any(i.opname in _GLOBAL_WRITES for i in dis.get_instructions(code))
+
+
+def note_writes(snapshots: dict, code: types.CodeType, glb: dict, free_modules: dict) -> None:
+    """Snapshot the module dicts that `code` may write (see the module docstring), each once per trace:
+    `snapshots[id(d)] = (d, copy of d, code, whether a global of code's own)`."""
+    if _writes_globals(code) and id(glb) not in snapshots and not _importing(glb):
+        snapshots[id(glb)] = (glb, dict(glb), code, True)
+    writes = [p for p in patterns(code) if p[0] == "write"]
+    if not writes:
+        return
+    local = _locals(code, glb, free_modules)
+    for _, source, attrs in writes:
+        obj = _follow(_resolve(source, glb, local), attrs)
+        d = vars(obj) if isinstance(obj, types.ModuleType) else None
+        if d is not None and not immutable(obj) and id(d) not in snapshots and not _importing(d):
+            snapshots[id(d)] = (d, dict(d), code, False)
+
+
+def _importing(d: dict) -> bool:
+    """Whether the module of globals `d` is being imported (its code fills them)."""
+    return getattr(d.get("__spec__"), "_initializing", False) is True
+
+
+_MISSING = object()
+
+
+@contextmanager
+def unchanged(snapshots: dict) -> Iterator[None]:
+    """Refuse what the block (a trace, filling `snapshots` through `coverage.collecting`) wrote to modules, and
+    put it back, also on error. Placed outside the other checks, which name a hook's writes more precisely."""
+    try:
+        yield
+    finally:
+        written = put_back(snapshots)
+    if written is not None:
+        what, key, code = written
+        raise UnsupportedOpError(
+            f"assigning {what}",
+            site(code, key),
+            "it would happen only while tracing, never on "
+            "cached calls; return the new value and assign it outside the compiled function",
+        )
+
+
+def put_back(snapshots: dict) -> tuple | None:
+    """Undo what changed in the snapshotted module dicts; the first change as (what, the code that may write it),
+    or None."""
+    first = None
+    for d, before, code, own in snapshots.values():
+        for key in [k for k in set(d) | set(before) if type(k) is str and not k.startswith("__")]:
+            old, new = before.get(key, _MISSING), d.get(key, _MISSING)
+            if old is new or (old is _MISSING or old is None) and _initialises(new):
+                continue
+            if old is _MISSING:
+                del d[key]
+            else:
+                d[key] = old
+            if first is None:
+                what = f"the global {key!r}" if own else f"{d.get('__name__', 'a module')}.{key}"
+                first = (what, key, code)
+    return first
+
+
+def _initialises(value: Any) -> bool:
+    """A first assignment that lazy initialisation makes, or an import's: an object without value semantics."""
+    from specengine.prologue.external import has_value_semantics
+
+    return value is not _MISSING and not has_value_semantics(value)
+
+
+def site(code: types.CodeType, key: str) -> str:
+    """file:line of the first instruction of `code` that may write `key` (a store, or `setattr`'s constant name)."""
+    ops = _GLOBAL_WRITES + _WRITES + ("LOAD_CONST",)
+    line = code.co_firstlineno
+    for i in dis.get_instructions(code):
+        n = i.positions.lineno if i.positions is not None else None
+        line = n if isinstance(n, int) else line
+        if i.opname in ops and i.argval == key:
+            return f"{os.path.basename(code.co_filename)}:{line}"
+    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
