@@ -148,7 +148,7 @@ def run_mode(fn, calls, dynamic):
             cls, note = "excessive", f"call {i} seen before but recompiled (misses={specengine.cache_misses(cfn)})"
         seen.add(sig)
         if note:
-            notes.append(f"call{i} {_short(args)}: {note}")
+            notes.append(f"call{i} {_short(args)}: {' '.join(note.split())}")
         if RANK[cls] > RANK[worst]:
             worst = cls
     return worst, notes, specengine.cache_misses(cfn), specengine.cache_hits(cfn)
