@@ -23,6 +23,7 @@ import p_floats  # noqa: E402, F401
 import p_numbers  # noqa: E402, F401
 import p_outputs  # noqa: E402, F401
 import p_sequences  # noqa: E402, F401
+import p_signatures  # noqa: E402, F401
 import p_state  # noqa: E402, F401
 import p_stdlib  # noqa: E402, F401
 
