@@ -172,3 +172,45 @@ def dict_from_zip(x):
     d = dict(zip(["h", "w"], x.shape))
     d2 = dict.fromkeys(x.shape, 0)
     return d, d2, sorted(d.values()), max(d, key=d.get)
+
+
+@prog(*[(T(n),) for n in (7, 8, 6, 9, 8)])
+def caught_error_message(x):
+    try:
+        return x.reshape(-1, 3), ""
+    except RuntimeError as e:
+        return x, str(e)
+
+
+@prog(*[(T(a), T(b)) for a, b in ((2, 3), (4, 5), (2, 2), (4, 5))])
+def caught_broadcast_message(x, y):
+    try:
+        return x + y, ""
+    except RuntimeError as e:
+        return x, str(e)
+
+
+@prog(*[(T(2), op) for op in (max, min, max, min)])
+def builtin_identity_arg(x, op):
+    return x * 2 if op is max else x * 3
+
+
+@prog(*[(T(1), s) for s in (0.0, -0.0, 0.0, -0.0, float("nan"), float("nan"))])
+def float_const_sign(x, s):
+    return (x * 2 if s == 0.0 else x), s
+
+
+@prog(*[(T(n),) for n in (3, 1, 3)])
+def comparison_is_true(x):
+    big = x.shape[0] > 2
+    return x * 2 if big is True else x
+
+
+class _Counter:
+    calls = 0
+
+
+@prog(*[(T(3),), (T(3),), (T(3),)])
+def class_attribute_counter(x):
+    _Counter.calls += 1
+    return x * _Counter.calls
