@@ -675,7 +675,7 @@ def test_fields_of_an_argument_that_is_not_plain_changed_between_calls_are_notic
     cfn = specengine.compile(f, dynamic=True)
     for n in (0, 1, 2):
         _same(cfn, f, torch.randn(n), obj)
-    obj.n = 3  # a slot assigned: the class's setattr bumps the counter
+    obj.n = 3  # a slot assigned: the stamp compares the slot values
     _same(cfn, f, torch.randn(2), obj)
     obj.items = [1]
     _same(cfn, f, torch.randn(1), obj)
