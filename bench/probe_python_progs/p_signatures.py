@@ -82,3 +82,20 @@ def nan_arg_branches(x, s):
 def sign_of_int_arg(x, k):
     sign = (k > 0) - (k < 0)
     return x * sign, sign, math.copysign(1, k), abs(k) // max(abs(k), 1)
+
+
+@prog(*S2)
+def size_arithmetic_types(x):
+    s = x.shape
+    return s * 2, 2 * s, s + s, s[::-1], s[:0], list(s) + [1], s + [1] if False else s, torch.Size([]) == x.sum().shape
+
+
+@prog(*[(T(*s),) for s in ((2, 3), (3,), (), (1, 1, 1), (2, 3))])
+def size_of_scalar_and_eq(x):
+    return x.shape == (), x.shape == torch.Size(), len(x.shape) == 0, x.shape[0:1], x.dim() == len(x.shape)
+
+
+@prog(*S2)
+def size_hash_and_set_ops(x):
+    s = x.shape
+    return hash(s) == hash(tuple(s)), {s: 1}[tuple(s)], s in {(2, 3), (3, 4)}, set(s) | {9}, s.count(s[0])
