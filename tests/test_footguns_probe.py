@@ -297,3 +297,22 @@ def test_the_nan_entry_is_not_dropped_as_subsumed():
 
     calls = [(_t(1), s) for s in (1.0, 2.5, -0.0, NAN, -INF, NAN, 2.5)]
     _check(f, calls, misses=5, hits=2)  # was 6: the NaN entry was dropped when the -inf entry came
+
+
+# Factories of sizes and float arguments --------------------------------------------------------------------------
+
+
+def test_full_of_a_float_expression_and_linspace_of_a_size_are_symbolic():
+    def f(x, s):  # were: the fill value n / 2 and the steps n pinned, one entry per size
+        n = x.shape[0]
+        return torch.full((2,), n / 2), torch.full((n,), s), torch.linspace(0, 1, n), torch.linspace(s, 2 * s, n + 1)
+
+    calls = [(_t(4), 1.5), (_t(5), -0.0), (_t(0), NAN), (_t(1), INF), (_t(4), 2.5)]
+    cfn = specengine.compile(f, dynamic=True)
+    for args in calls:  # (NaN and -0.0 in tensors: compared by hand)
+        got, want = cfn(*args), f(*args)
+        assert all(torch.equal(a.signbit(), b.signbit()) for a, b in zip(got, want))
+        torch.testing.assert_close(got, want, equal_nan=True)
+    assert specengine.cache_misses(cfn) == 1
+    with pytest.raises(RuntimeError, match="non-negative"):
+        specengine.compile(lambda k: torch.linspace(0, 1, k), dynamic=True)(-1)

@@ -1,4 +1,4 @@
-"""Creation ops with symbolic sizes: arange, zeros/ones/full/empty and their *_like and new_* forms, eye.
+"""Creation ops with symbolic sizes: arange, zeros/ones/full/empty and their *_like and new_* forms, eye, linspace.
 
 Sizes are ints or NumberProxies (e.g. from `x.shape`); they stay symbolic. Invalid sizes (negative) raise
 eager's error from the example values without a guard: the output shape is the given sizes for every valid
@@ -20,7 +20,7 @@ from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, valu
 
 __all__ = [
     "arange", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "empty_like",
-    "new_zeros", "new_ones", "new_full", "new_empty", "eye",
+    "new_zeros", "new_ones", "new_full", "new_empty", "eye", "linspace",
 ]  # fmt: skip
 
 
@@ -97,9 +97,7 @@ def _fill_value(value: Any) -> Any:
     if isinstance(value, TensorProxy):
         raise unsupported("a tensor fill value", "reading tensor data is data-dependent; pass a Python number")
     if isinstance(value, NumberProxy):
-        if value.python_type in (int, bool) or context.require().decider.unbacked.mentions(value.expr):
-            return value.expr  # (a value of `.item()` has no value to pin: it stays symbolic)
-        return float(value)
+        return value.expr  # symbolic: `torch.full((2,), n / 2)` and a float argument do not pin (nor `.item()`)
     return value
 
 
@@ -298,3 +296,31 @@ def eye(n: Any, m: Any = None, *, dtype: torch.dtype | None = None, device: Any 
     c = prims.broadcast_in_dim(iota(cols, 0, 1, torch.int64, device), (rows, cols), (1,))
     out = prims.eq(r, c)
     return _finish(prims.convert_element_type(out, dtype) if dtype is not torch.bool else out, requires_grad)
+
+
+# linspace.
+
+
+@prims.prim("linspace", impl=lambda start, end, steps, dtype, device: torch.linspace(start, end, steps, dtype=dtype,
+                                                                                    device=device))  # fmt: skip
+def linspace_prim(start: Any, end: Any, steps: Any, dtype: torch.dtype, device: torch.device) -> TensorProxy:
+    return prims.new_tensor((steps,), dtype, [], device)
+
+
+@torchop(torch.linspace, name="linspace")
+def linspace(start: Any, end: Any, steps: Any, *, dtype: torch.dtype | None = None, device: Any = None,
+             requires_grad: bool = False, **options: Any) -> TensorProxy:  # fmt: skip
+    """`torch.linspace(0, 1, n)`: `n` steps stay symbolic (the output's size), and so do number bounds."""
+    _check_options("linspace", **options)
+    if any(isinstance(v, TensorProxy) for v in (start, end, steps)):
+        raise unsupported("linspace with tensor arguments", "reading tensor data is data-dependent; pass numbers")
+    if any(isinstance(v, complex) for v in (start, end)):
+        raise unsupported("linspace with complex bounds", "compute it outside the compiled function")
+    if not (type(steps) is int or (isinstance(steps, NumberProxy) and steps.python_type is int)):
+        raise TypeError(f"linspace(): argument 'steps' must be int, not {type(steps).__name__}")
+    n = value_expr(steps)
+    if not decide(E.ge(n, 0), "linspace", "number of steps must be non-negative"):
+        raise RuntimeError("number of steps must be non-negative")
+    bounds = [v.expr if isinstance(v, NumberProxy) else v for v in (start, end)]
+    out = linspace_prim(*bounds, n, dtype or _default_float(), _device(device))
+    return _finish(out, requires_grad)
