@@ -396,3 +396,25 @@ def test_modules_in_a_plain_list_attribute_are_state():
     model.teachers.append(nn.Linear(2, 2))
     _same(cfn, model, torch.randn(2, 2))
     assert counts(cfn) == (3, 3)
+
+
+class _ReturnsItsParameter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        return self.w, x + self.w.t(), x.squeeze(0)  # t() of a 1-D tensor and this squeeze change nothing
+
+
+def test_a_no_op_view_does_not_replace_the_tensor_it_views():
+    model = _ReturnsItsParameter()
+    cfn = specengine.compile(model, dynamic=True)
+    for n in (3, 0, 2):
+        x = torch.randn(n, 3)
+        w, y, z = cfn(x)
+        assert w is model.w  # was the result of self.w.t(): a view, not the parameter (its .grad stayed None)
+        torch.testing.assert_close((y, z), model(x)[1:])
+    w.sum().backward()
+    assert model.w.grad is not None
+    assert counts(cfn) == (1, 2)

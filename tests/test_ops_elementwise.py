@@ -405,7 +405,6 @@ OUTSIDE = torch.ones(5)
 UNSUPPORTED = {
     "other-device": lambda x: x.to("meta"),
     "copy": lambda x: x.to(x.dtype, copy=True),
-    "silu-inplace": lambda x: F.silu(x, inplace=True),
 }
 # Tensors closed over from outside are inputs of the computation (tests/test_outside.py).
 CLOSED_OVER = {

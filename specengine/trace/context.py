@@ -12,6 +12,11 @@ from specengine.constraints.decide import Decider
 from specengine.constraints.floats import FloatExpr
 from specengine.provenance import user_frame
 
+# view ops whose rule returns its input only where the view changes nothing (sizes and strides alike); not
+# `contiguous`, whose rule returns its input whatever the strides are
+_NO_OP_VIEWS = frozenset(f"ltorch.{n}" for n in ("view", "reshape", "permute", "transpose", "squeeze", "expand", "flatten",
+                                                 "t", "expand_as", "unflatten", "narrow", "getitem"))  # fmt: skip
+
 
 class NameGen:
     """Fresh, unique printing names; names of inputs are reserved up front."""
@@ -107,6 +112,9 @@ class TraceState:
             raises = self.raises.pop()
             self._observed.pop()
         self.raises[-1] = self.raises[-1] or raises  # an op whose decomposition may raise may raise
+        if top and sym.print_name in _NO_OP_VIEWS and not (subsymbols or raises or autocast or self.pending):
+            if any(out is a for a in args) and not self.pending_binds:
+                return out  # a view that changes nothing (`x.t()` of a 1-D x): recorded, it would rebind its input
         self.scopes[-1].append(BoundSymbol(sym, args, tuple(kwargs.items()), out, subsymbols, source, raises))
         if top and (self.pending_binds or self.pending):
             self._flush(out, source)
