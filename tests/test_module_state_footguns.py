@@ -121,6 +121,21 @@ def test_a_module_held_by_a_closure_is_guarded():
     assert counts(cfn) == (2, 1)
 
 
+def _reads_a_module_passed_in(m, x):
+    return x * m.K
+
+
+def _passes_modules(x):
+    return _reads_a_module_passed_in(pkg.sub, x) + _reads_a_module_passed_in(cfg, x)
+
+
+def test_a_module_passed_as_an_argument_is_guarded():
+    cfg.K = 3
+    cfn = specengine.compile(_passes_modules, dynamic=True)
+    _calls(cfn, _passes_modules, [(_same, 0), (_set(pkg.sub, "K", 5), 1), (_set(cfg, "K", 4), 2), (_same, 1)])
+    assert counts(cfn) == (3, 1)  # both modules the helper was given are guarded
+
+
 def _weighted(x):
     return x * cfg.W
 

@@ -85,7 +85,7 @@ class Coverage:
         self.entered: dict[tuple, Any] = {}  # (id(frame), its code, offset of the with) -> the context manager
         self.kinds: dict[types.CodeType, int] = {}
         self.frees: dict[types.CodeType, set] = {}  # user code with free variables -> ids of their values as run
-        self.free_modules: dict[types.CodeType, dict] = {}  # user code -> its closure variables holding modules
+        self.free_modules: dict[types.CodeType, dict] = {}  # user code -> {closure variable or argument: [modules]}
         self.written: dict[int, tuple] = {}  # module dicts that user code that ran may write (module_reads.py)
         self.typed: list[dict] = []  # globals given a `type` of their own
         self._typed_ids: set[int] = set()
@@ -110,9 +110,7 @@ class Coverage:
             if code.co_freevars:  # which function of this code runs: the values of its cells tell
                 local = frame.f_locals
                 self.frees.setdefault(code, set()).add(tuple(id(local.get(n)) for n in code.co_freevars))
-                mods = {n: v for n in code.co_freevars if isinstance(v := local.get(n), types.ModuleType)}
-                if mods:  # (module_reads.py follows their attributes)
-                    self.free_modules.setdefault(code, {}).update(mods)
+            self._note_modules(frame, code)
             if first and code.co_name != "<module>" and not code.co_filename.startswith(_SITE):  # (see module_reads)
                 module_reads.note_writes(self.written, code, frame.f_globals, self.free_modules.get(code, {}))
         if kind & _TYPE:
@@ -120,6 +118,23 @@ class Coverage:
         back = frame.f_back
         if kind & _ENTER and back is not None and self._kind_of(back) & _USER:  # a user's `with`
             self.entered[(id(back), back.f_code, back.f_lasti)] = frame.f_locals.get(code.co_varnames[0])
+
+    def _note_modules(self, frame: types.FrameType, code: types.CodeType) -> None:
+        """The modules held by the closure variables and arguments through which `code` reads attributes
+        (module_reads.py follows their attributes), each module once per name."""
+        names = module_reads.sources(code)
+        if not names:
+            return
+        n_args = code.co_argcount + code.co_kwonlyargcount
+        held = [n for n in code.co_freevars + code.co_varnames[:n_args] if n in names]
+        if held:
+            local = frame.f_locals
+            for n in held:
+                v = local.get(n)
+                if isinstance(v, types.ModuleType):
+                    seen = self.free_modules.setdefault(code, {}).setdefault(n, [])
+                    if not any(m is v for m in seen):
+                        seen.append(v)
 
     def _give_type(self, glb: dict) -> None:
         from specengine.trace.pytypes import give_type

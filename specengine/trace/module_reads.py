@@ -20,7 +20,8 @@ assignment of an object without value semantics (a function, a class, a handler,
 None or absent (lazy initialisation: `_kernel = _kernel or build()`), modules being imported, and the code of
 installed packages (site-packages), whose globals are their own internal state (caches, handlers, warn-once flags).
 
-Not seen: a module passed as a value and read as `m.X` (`helper(mymod)`, `m = mymod`), `getattr(mymod, name)` with
+A module passed as an argument (`helper(mymod)`, then `m.X`) is followed too: `coverage.py` notes the modules each
+argument held as the code started. Not seen: a module assigned to a local (`m = mymod`), `getattr(mymod, name)` with
 a computed name, `vars(mymod)[k]`, `mymod.__dict__[k]`, and attributes given by a module's `__getattr__`. (Wrapping
 the builtin `getattr` while tracing would see computed names, but it would put a specengine frame between the
 caller and every descriptor or `__getattr__` that `getattr` runs, which the checks of who called a torch getter
@@ -119,30 +120,34 @@ def _chains(ins: list, k: int, source: tuple) -> Iterator[tuple]:
                 yield (source, (ins[j].argval,))
 
 
-def _resolve(source: tuple, glb: dict, local: dict) -> Any:
+def _resolve(source: tuple, glb: dict, local: dict) -> list:
+    """The values `source` may stand for: a local's modules (several where calls passed several), else one value."""
     if source[0] == "name":
         name = source[1]
         if name in local:
             return local[name]
         if name in glb:
-            return glb[name]
+            return [glb[name]]
         b = glb.get("__builtins__")
-        return (b if isinstance(b, dict) else vars(b)).get(name) if b is not None else None
+        return [(b if isinstance(b, dict) else vars(b)).get(name) if b is not None else None]
     _, name, level, fromlist = source
     try:
         full = importlib.util.resolve_name("." * level + name, glb.get("__package__")) if level else name
     except (ImportError, ValueError):
-        return None
-    return sys.modules.get(full if fromlist or not full else full.partition(".")[0])
+        return [None]
+    return [sys.modules.get(full if fromlist or not full else full.partition(".")[0])]
 
 
 def _locals(code: types.CodeType, glb: dict, free_modules: dict) -> dict:
-    local = dict(free_modules)  # closure variables holding modules, then locals bound by imports
+    """name -> the modules it holds: closure variables and arguments seen holding modules, locals bound by imports."""
+    local = {n: list(mods) for n, mods in free_modules.items()}
     for p in patterns(code):
         if p[0] == "bind":
-            value = _follow(_resolve(p[2], glb, local), p[3])
-            if isinstance(value, types.ModuleType):
-                local[p[1]] = value
+            values = [
+                v for v in (_follow(o, p[3]) for o in _resolve(p[2], glb, local)) if isinstance(v, types.ModuleType)
+            ]
+            if values:
+                local[p[1]] = values
     return local
 
 
@@ -153,14 +158,21 @@ def reads(code: types.CodeType, glb: dict, free_modules: dict) -> list[tuple[typ
     for p in patterns(code):
         if p[0] in ("bind", "write"):
             continue
-        obj = _resolve(p[0], glb, local)
-        for attr in p[1]:
-            if not isinstance(obj, types.ModuleType):
-                break
-            if not immutable(obj):
-                out.append((obj, attr))
-            obj = vars(obj).get(attr)
+        for obj in _resolve(p[0], glb, local):
+            for attr in p[1]:
+                if not isinstance(obj, types.ModuleType):
+                    break
+                if not immutable(obj):
+                    out.append((obj, attr))
+                obj = vars(obj).get(attr)
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def sources(code: types.CodeType) -> frozenset:
+    """The names `code` reads module attributes through (a closure variable or an argument may hold a module)."""
+    return frozenset(p[1][1] if p[0] == "write" else p[0][1] for p in patterns(code)
+                     if p[0] != "bind" and (p[1] if p[0] == "write" else p[0])[0] == "name")  # fmt: skip
 
 
 def _follow(obj: Any, attrs: tuple) -> Any:
@@ -215,8 +227,7 @@ def note_writes(snapshots: dict, code: types.CodeType, glb: dict, free_modules: 
     if not writes:
         return
     local = _locals(code, glb, free_modules)
-    for _, source, attrs in writes:
-        obj = _follow(_resolve(source, glb, local), attrs)
+    for obj in [_follow(o, attrs) for _, source, attrs in writes for o in _resolve(source, glb, local)]:
         d = vars(obj) if isinstance(obj, types.ModuleType) else None
         if d is not None and not immutable(obj) and id(d) not in snapshots and not _importing(d):
             snapshots[id(d)] = (d, dict(d), code, False)
