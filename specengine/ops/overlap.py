@@ -104,7 +104,7 @@ class Examples:
         def compute(p: TensorProxy, pos: int, bsym: Any) -> tuple:
             try:
                 meta, deps = self._root(p) if bsym is None else self._replay(bsym, pos, p)
-            except _Unknown:
+            except Exception:  # noqa: BLE001 - _Unknown, or a layout meta tensors cannot take: unknown
                 meta, deps = None, ()
             return (p, bsym, meta, deps)
 
@@ -254,16 +254,20 @@ class Examples:
         decider = self.state.decider
         if decider.unbacked.mentions(e):
             raise _Unknown  # a data-dependent size has no example value (only a stand-in)
-        return int(e.eval(decider.hints))
+        try:
+            return int(e.eval(decider.hints))
+        except Exception as error:  # (a value without an example)
+            raise _Unknown from error
 
 
 @functools.cache
 def _fresh_name(name: str) -> bool:
     """Whether torch's op of this name returns a new tensor: no overload that writes nothing returns an alias."""
-    packet = getattr(torch.ops.aten, name, None) if name and name not in _MAY_RETURN_SELF else None
-    if packet is None or not hasattr(packet, "overloads"):
+    try:
+        packet = getattr(torch.ops.aten, name, None) if name.isidentifier() and name not in _MAY_RETURN_SELF else None
+        schemas = [getattr(packet, o)._schema for o in packet.overloads()] if packet is not None else []
+    except Exception:  # noqa: BLE001 - not an aten op: not known to make a new tensor
         return False
-    schemas = [getattr(packet, o)._schema for o in packet.overloads()]
     pure = [sc for sc in schemas if not sc.is_mutable]
     return bool(pure) and not any(r.alias_info is not None for sc in pure for r in sc.returns)
 
@@ -317,7 +321,7 @@ def check_write(dst: TensorProxy, srcs: tuple = (), op: str = "", internal: bool
     as setitem does; `same_data`: a source that is exactly `dst`'s elements (after that) makes the op do nothing (copy_).
     """
     srcs = tuple(s for s in srcs if isinstance(s, TensorProxy) and s is not dst)
-    if not srcs and not internal:
+    if not isinstance(dst, TensorProxy) or (not srcs and not internal):
         return
     state = context.require()
     ex = _examples(state)
