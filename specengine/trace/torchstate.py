@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from specengine.constraints import expr as E
 from specengine.executors import torchex as tex
@@ -72,7 +73,22 @@ def _fake(x: Any, hints: dict) -> Any:
     return x
 
 
+class _Casts(TorchDispatchMode):
+    """The dtypes autocast casts the op's own input tensors to (the `_to_copy`s it dispatches on them)."""
+
+    def __init__(self, inputs: list) -> None:
+        super().__init__()
+        self.inputs, self.dtypes = {id(t) for t in inputs}, set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and id(args[0]) in self.inputs and "dtype" in kwargs:
+            self.dtypes.add(kwargs["dtype"])
+        return func(*args, **kwargs)
+
+
 def _out_dtypes(fn: Any, args: tuple, kwargs: dict, hints: dict, autocast: bool) -> tuple:
+    """The op's output dtypes on fake tensors; with `autocast`, also the dtypes autocast cast its inputs to."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from specengine.trace.torch_settings import quiet
@@ -80,11 +96,13 @@ def _out_dtypes(fn: Any, args: tuple, kwargs: dict, hints: dict, autocast: bool)
     with quiet(), torch._C.DisableTorchFunction(), FakeTensorMode(allow_non_fake_inputs=True):
         fa, fk = tree_map(lambda x: _fake(x, hints), (args, kwargs))
         if autocast:
-            out = fn(*fa, **fk)
+            with _Casts([t for t in tree_leaves((fa, fk)) if isinstance(t, torch.Tensor)]) as casts:
+                out = fn(*fa, **fk)
         else:
             with torch.autocast("cpu", enabled=False), torch.autocast("cuda", enabled=False):
                 out = fn(*fa, **fk)
-    return tuple(t.dtype for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+    dtypes = tuple(t.dtype for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+    return (dtypes, casts.dtypes) if autocast else dtypes
 
 
 def _eligible(x: Any, devices: set[str]) -> bool:
@@ -97,13 +115,16 @@ def _eligible(x: Any, devices: set[str]) -> bool:
     )
 
 
-def _policies(tensors: list[TensorProxy], devices: set[str]) -> list[torch.dtype | None]:
+def _policies(tensors: list[TensorProxy], devices: set[str], casts: set) -> list[torch.dtype | None]:
+    """The casts to try, those autocast was seen to make first: fake kernels accept mixed dtypes that eager's refuse
+    (a bfloat16 input of F.linear with a float32 weight), so "no cast" could match eager's dtypes wrongly."""
     lower = [torch.get_autocast_dtype(d) for d in sorted(devices)]
     widest = None
     for t in tensors:
         if t.dtype.is_floating_point:
             widest = t.dtype if widest is None else torch.promote_types(widest, t.dtype)
-    return [None, *lower, torch.float32, *([widest] if widest is not None else [])]
+    policies = [None, *lower, torch.float32, *([widest] if widest is not None else [])]
+    return [*casts, *(p for p in policies if p not in casts)] if len(casts) == 1 else policies
 
 
 def autocast_inputs(sym: Symbol, args: tuple, kwargs: dict, devices: set[str], hints: dict) -> tuple:
@@ -116,10 +137,10 @@ def autocast_inputs(sym: Symbol, args: tuple, kwargs: dict, devices: set[str], h
         return args, kwargs, None
     where = f"{sym.name} inside torch.autocast"
     try:
-        want = _out_dtypes(sym.impl, args, kwargs, hints, True)
+        want, casts = _out_dtypes(sym.impl, args, kwargs, hints, True)
     except Exception:  # noqa: BLE001 - an error of the op itself is raised by tracing it below
         return args, kwargs, UNVERIFIED
-    for dtype in _policies(tensors, devices):
+    for dtype in _policies(tensors, devices, casts):
         cast = _cast_fn(dtype, devices)
         cargs, ckwargs = tree_map(cast, (args, kwargs))
         try:
