@@ -8,11 +8,13 @@ return_dict toggled per call (`flags`: eager's output type, keys and tensors), u
 back (`cache`), `model.forward = specengine.compile(model.forward, dynamic=True)` under model.generate (greedy, with
 a mask, use_cache=False, two beams, scores: `generate`, `gen_more`), model.config fields changed between calls
 (`config`), parameters changed in place, hooks added and removed, submodules and parameters replaced, model.double()
-(`mutate`), and train() after eval() with dropout (`dropout`). Where eager raises, the compiled call must raise the
-same type (`eageronly`: eager raised, the compiled call took the library's is_compiling() path and returned). A
-benchmark, not a test: it prints a table (correct / WRONG / CRASH / refused / eageronly / n/a, misses and hits).
+(`mutate`), train() after eval() with dropout (`dropout`), set_attn_implementation('eager') then
+output_attentions (`attn_impl`), gradient checkpointing on/off and frozen parameters (`ckpt`), and CPU bfloat16
+autocast (`autocast`). Where eager raises, the compiled call must raise the same type (`eageronly`: eager raised, the
+compiled call took the library's is_compiling() path and returned). A benchmark, not a test: it prints a table
+(correct / WRONG / CRASH / refusal / eageronly / n/a, misses and hits).
 
-    python bench/probe_models.py [family[,family]] [check[,check]]     # all of both by default (~3 min)
+    python bench/probe_models.py [family[,family]] [check[,check]]     # all of both by default (~5 min)
 """
 
 from __future__ import annotations
@@ -352,6 +354,75 @@ def c_config(f, m):
         both(cfn, m, inp)
         m.config.use_cache = not m.config.use_cache if hasattr(m.config, "use_cache") else None
         both(cfn, m, inp)
+    return cfn
+
+
+def c_attn_impl(f, m):
+    cfn = specengine.compile(m, dynamic=True)
+    inp = nomask(f.inputs(2, 4))
+    with torch.no_grad():
+        same(cfn(**inp), m(**inp))
+        m.set_attn_implementation("eager")
+        same(cfn(**inp), m(**inp))
+        inp2 = dict(inp, output_attentions=True)
+        same(cfn(**inp2), m(**inp2))
+        m.set_attn_implementation("sdpa")
+        same(cfn(**inp), m(**inp))
+    return cfn
+
+
+def c_ckpt(f, m):
+    if labels_of(f, f.inputs(2, 4)) is None:
+        return None
+    if not m.supports_gradient_checkpointing:
+        return None
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.Dropout):
+            mod.p = 0.0
+        for a in ("dropout", "attention_dropout"):
+            if isinstance(getattr(mod, a, None), float):
+                setattr(mod, a, 0.0)
+    cfn = specengine.compile(m, dynamic=True)
+    m.train()
+
+    def step(fn):
+        inp = f.inputs(2, 5)
+        inp["labels"] = labels_of(f, inp)
+        m.zero_grad()
+        out = fn(**inp)
+        out.loss.backward()
+        return out.loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+
+    for phase in range(3):
+        if phase == 1:
+            m.gradient_checkpointing_enable()
+        if phase == 2:
+            m.gradient_checkpointing_disable()
+            for p in m.parameters():
+                p.requires_grad_(False)
+            list(m.parameters())[-1].requires_grad_(True)
+        (lr, gr), (lo, go) = step(m), step(cfn)
+        torch.testing.assert_close(lo, lr)
+        assert gr.keys() == go.keys(), (phase, set(gr) ^ set(go))
+        for n in gr:
+            torch.testing.assert_close(go[n], gr[n], atol=1e-4, rtol=1e-4, msg=n)
+    m.eval()
+    return cfn
+
+
+def c_autocast(f, m):
+    cfn = specengine.compile(m, dynamic=True)
+    inp = nomask(f.inputs(2, 4))
+    with torch.no_grad():
+        same(cfn(**inp), m(**inp))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            o = cfn(**inp)
+            r = m(**inp)
+        lo, lr = leaves(o), leaves(r)
+        assert [t.dtype for t in lo] == [t.dtype for t in lr], ([t.dtype for t in lo][:3], [t.dtype for t in lr][:3])
+        for a, b in zip(lo, lr):
+            torch.testing.assert_close(a.float(), b.float(), atol=0.1, rtol=0.1)
+        same(cfn(**inp), m(**inp))
     return cfn
 
 
