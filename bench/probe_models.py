@@ -438,6 +438,9 @@ CHECKS = {
     "gen_more": c_gen_more,
     "mutate": c_mutate,
     "dropout": c_dropout,
+    "attn_impl": c_attn_impl,
+    "ckpt": c_ckpt,
+    "autocast": c_autocast,
 }
 
 
