@@ -106,3 +106,60 @@ def test_inplace_errors_match_eager():
     leaf = torch.randn(3, requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
         cfn(leaf, torch.randn(3))
+
+
+def _write_after_contiguous(x):
+    v = x.t()
+    w = v.contiguous()  # a copy where v is not contiguous, v itself where it is
+    v.mul_(2)
+    return x + 0, w + 0
+
+
+def _write_through_contiguous(x):
+    w = x.t().contiguous()
+    w.add_(1)
+    return x + 0, w + 0
+
+
+def _write_after_channels_last(x):
+    w = x.to(memory_format=torch.channels_last)
+    x.mul_(3)
+    return w + 0, x + 0
+
+
+@pytest.mark.parametrize(
+    "fn, shapes",
+    [
+        (_write_after_contiguous, [(2, 3), (1, 3), (0, 2), (2, 2)]),
+        (_write_through_contiguous, [(2, 3), (1, 3), (3, 1), (0, 0), (2, 2)]),
+        (_write_after_channels_last, [(2, 3, 4, 5), (1, 1, 1, 1), (0, 2, 1, 1), (2, 1, 3, 3)]),
+    ],
+)
+def test_contiguous_result_aliases_its_input_only_where_eager_does(fn, shapes):
+    """`.contiguous()` and `.to(memory_format=)` are their input or a copy, as the strides decide: an in-place op
+    on either afterwards reaches the other exactly where eager's does (an entry traced where they alias serves a
+    size where they do not: the computation runs torch's op, which decides)."""
+    cfn = specengine.compile(fn, dynamic=True)
+    for s in shapes:
+        run(fn, cfn, lambda s=s: torch.arange(float(torch.Size(s).numel())).reshape(s))
+    assert counts(cfn) == (1, len(shapes) - 1)
+
+
+def test_setitem_drops_the_values_leading_ones_as_torch_does():
+    """`y[...] = x` with x of more dims than y, the extra leading ones of size 1, is eager's copy of x's last dims
+    (an entry traced for 1s there does not serve a value whose leading size is 2: eager raises)."""
+
+    def f(y, x):
+        y[...] = x
+        return y * 2
+
+    cfn = specengine.compile(f, dynamic=True)
+    for ys, xs in (((3,), (1, 1, 3)), ((0,), (1, 1, 1)), ((1,), (1, 1, 1)), ((2,), (1, 2))):
+        run(
+            f, cfn, lambda ys=ys: torch.zeros(ys), lambda xs=xs: torch.arange(float(torch.Size(xs).numel())).reshape(xs)
+        )
+    with pytest.raises(RuntimeError):
+        f(torch.zeros(2), torch.ones(2, 2))
+    with pytest.raises(RuntimeError):
+        cfn(torch.zeros(2), torch.ones(2, 2))
+    assert counts(cfn) == (2, 2)  # the 3-d values, the 2-d one (a 2-d value whose leading size is 2 keeps nothing)

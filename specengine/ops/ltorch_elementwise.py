@@ -473,6 +473,8 @@ def _cast(a: TensorProxy, dtype: torch.dtype | None, device: Any, copy: bool, me
     if dtype is None or dtype == a.dtype:
         if copy:
             raise unsupported("Tensor.to(copy=True)", "use .clone() to copy a tensor")
+        if memory_format not in (None, torch.preserve_format):  # `a` itself or a copy, as the strides decide
+            return prims.new_tensor(a.dims, a.dtype, [a])  # (a new name: see ltorch.contiguous)
         return a
     return prims.convert_element_type(a, dtype)
 

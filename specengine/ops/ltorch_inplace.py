@@ -9,13 +9,14 @@ from typing import Any
 
 import torch
 
+from specengine.constraints import expr as E
 from specengine.ops import prims
 from specengine.ops.generic import generic_call
 from specengine.ops.ltorch_index import mask_key
 from specengine.ops.ltorch_views import advanced_index
 from specengine.ops.overlap import check_write
 from specengine.ops.registry import torchop
-from specengine.ops.utils import expand_to, hint, meta_call
+from specengine.ops.utils import decide, expand_to, hint, meta_call
 from specengine.trace import context
 from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported
 from specengine.trace.symbol import Symbol
@@ -124,6 +125,19 @@ def zero_(a: TensorProxy) -> TensorProxy:
     return copy_to(a, 0)
 
 
+def _drop_leading_ones(value: Any, ndim: int) -> Any:
+    """As torch's setitem does before it copies: the value's leading size-1 dims beyond `ndim` are dropped
+    (`y[...] = x` with x of shape (1, 1, 3) into a y of shape (3,)); a size that is not 1 stays, to be refused."""
+    if not isinstance(value, TensorProxy) or value.ndim <= ndim:
+        return value
+    extra = 0
+    while extra < value.ndim - ndim and decide(
+        E.eq(value.dims[extra], 1), "setitem", "a leading size-1 dim of the value"
+    ):
+        extra += 1
+    return prims.reshape(value, value.dims[extra:]) if extra else value
+
+
 # kept: an operator (`x[i] = v`): dunders have no generic fallback
 @torchop(operator.setitem, torch.Tensor.__setitem__, name="setitem", methods=("__setitem__",), pure=False)
 def setitem(a: TensorProxy, key: Any, value: Any) -> None:
@@ -138,6 +152,7 @@ def setitem(a: TensorProxy, key: Any, value: Any) -> None:
         generic_call(torch.Tensor.__setitem__, (a, key, value), {})
         return
     view = _ltorch().getitem(a, key)
+    value = _drop_leading_ones(value, view.ndim)
     _check_broadcast_into(view, value, "setitem")
     check_write(view, (value,), "setitem", expand=True, same_data=True)  # (eager expands the value, then copy_)
     if isinstance(value, TensorProxy) and value.dtype != view.dtype:

@@ -80,11 +80,13 @@ def _implied(b: E.Expr) -> bool:
 # Views and copies.
 
 
-# kept: the identity on proxies (no op in the trace); the generic path would record a copy
+# kept: torch's op, run as it is (no copy recorded); the generic path would record a copy
 @torchop(torch.Tensor.contiguous, name="contiguous", methods=("contiguous",))
 def contiguous(a: TensorProxy, memory_format: torch.memory_format = torch.contiguous_format) -> TensorProxy:
+    """A new name, not `a`: at run time the result is `a` itself or a copy, as the strides decide, so an
+    in-place op on `a` afterwards must still write to `a` (rebinding `a`'s name to the copy lost it)."""
     meta_call(torch.Tensor.contiguous, a, memory_format=memory_format)  # rank checks of channels_last
-    return a
+    return prims.new_tensor(a.dims, a.dtype, [a])
 
 
 # kept: a prims.permute, which fusing executors take

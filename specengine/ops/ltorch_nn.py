@@ -440,7 +440,8 @@ def scaled_dot_product_attention(query: TensorProxy, key: TensorProxy, value: Te
         options = dict(
             attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
         )
-        return generic_call(F.scaled_dot_product_attention, (query, key, value), options)
+        # torch's own function, not the attribute: while tracing F's is trace/compiling.py's wrapper
+        return generic_call(torch._C._nn.scaled_dot_product_attention, (query, key, value), options)
     _no_outside_tensors(query, key, value, attn_mask)
     _check_sdpa(query, key, value, attn_mask)
     error = _sdpa_error(query, key, value, attn_mask, is_causal, enable_gqa)

@@ -177,12 +177,25 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     specs.captured = captured_transitively(target, modules, ran)  # baked in: the prologue guards them
     _guard_config_objects(specs, plain, shadows.outside, ran)
     _guard_containers(specs)
+    _guard_captured_classes(specs)
     torch_settings.note_captured(state, specs.captured)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
     specs.layout_facts = list(state.layout_facts)
     specs.lifted = list(state.lifted)  # tensors closed over from outside: inputs the prologue passes as they are
     params += tuple(proxy for proxy, _, _ in state.lifted)
     return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state
+
+
+def _guard_captured_classes(specs: InputSpecs) -> None:
+    """Classes read as globals or closure variables (`_Scale.factor`, `Registry.table`): their namespaces, as for
+    the classes of modules (a version tag per call; prologue/classes.py)."""
+    from specengine.prologue.classes import ClassGuard
+    from specengine.prologue.external import _user_class
+
+    classes = [v for _, _, v, _ in specs.captured if isinstance(v, type) and not issubclass(v, type) and _user_class(v)]
+    classes = [c for c in classes if not (getattr(c, "__module__", "") or "").startswith("specengine")]
+    if classes:
+        specs.structure.append(ClassGuard(classes, "the classes read as globals"))
 
 
 def _guard_config_objects(specs: InputSpecs, plain: list, constants: list, ran: Any) -> None:

@@ -59,6 +59,11 @@ class _Walk:
             self.seen[id(v)] = where  # a module outside the traced trees (a hook's `self`): its attributes
             self.snaps.append((where, v.__dict__, "attrs", list(v.__dict__.items()), self.root))
             return
+        if isinstance(v, type) and id(v) not in self.seen and depth <= _MAX_DEPTH and not _library_class(v):
+            self.seen[id(v)] = where  # a program's class: its attributes (`Counter.calls += 1`)
+            self.snaps.append((where, v, "class", dict(vars(v)), self.root))
+            self._children(where, [(k, x) for k, x in vars(v).items() if not k.startswith("__")], depth, ".{}")
+            return
         if isinstance(v, _SKIP) or id(v) in self.seen or id(v) in self.skip or isinstance(v, Proxy):
             return  # (proxies: the state tensors and ints that tracing swapped in)
         if depth > _MAX_DEPTH or len(self.seen) > _MAX_OBJECTS:
@@ -125,6 +130,12 @@ class _Walk:
                 self.visit(f"{where}: global {n}", glb[n], depth + 1)
 
 
+def _library_class(cls: type) -> bool:
+    """A class of the standard library, torch, builtins or the engine (their class state is not the program's)."""
+    top = (getattr(cls, "__module__", None) or "builtins").partition(".")[0]
+    return top in sys.stdlib_module_names or top in ("torch", "builtins", "specengine")
+
+
 def _library_object(v: Any) -> bool:
     """Objects of the standard library (an Event, a logger and its level cache), of torch or of the engine: state
     they keep for themselves, not program state (lists, dicts, sets and deques are walked whatever holds them, and
@@ -169,6 +180,10 @@ def _changed(kind: str, obj: Any, old: Any) -> str | None:
         return None if list(dict.keys(obj)) == [k for k, _ in old] else ""
     if kind == "set":
         return None if obj == old else ""
+    if kind == "class":
+        now = vars(obj)
+        moved = [k for k, v in old.items() if now.get(k, _MISSING) is not v] + [k for k in now if k not in old]
+        return f".{moved[0]}" if moved else None
     if kind == "cell":
         try:
             return None if obj.cell_contents is old else ""
@@ -198,6 +213,12 @@ def _restore(kind: str, obj: Any, old: Any) -> None:
             del obj.cell_contents
         else:
             obj.cell_contents = old
+    elif kind == "class":
+        for k in [k for k in vars(obj) if k not in old]:
+            delattr(obj, k)
+        for k, v in old.items():
+            if vars(obj).get(k, _MISSING) is not v:
+                setattr(obj, k, v)
     elif kind == "globals":
         for k, v in old.items():
             obj.pop(k, None) if v is _MISSING else obj.__setitem__(k, v)
@@ -225,6 +246,7 @@ def roots(modules: list, bound_selves: list, constants: list, target: Callable) 
         for h in _GLOBAL_HOOKS:
             for fn in (getattr(module_mod, h, None) or {}).values():
                 hooks.append((f"the global {h.removeprefix('_global_').replace('_', ' ')[:-1]} {_name(fn)}", fn))
+    out += [(f"class {c.__qualname__}", c) for c in dict.fromkeys(type(s) for s in tree.values())]
     for state in bound_selves:
         out += [(f"self.{k}", v) for k, v in state.items()]
     out += constants

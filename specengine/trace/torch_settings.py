@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from specengine.errors import UnsupportedOpError
-from specengine.trace import backend_flags, context
+from specengine.trace import backend_flags, context, environ
 
 _SPECENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -128,6 +128,7 @@ def _grad_setter(real: Callable) -> Callable:
 def install() -> None:
     """Wrap the getters and setters (called under the effects lock, when the first trace starts)."""
     backend_flags.install()
+    environ.install()
     _saved_c["_set_grad_enabled"] = torch._C._set_grad_enabled
     torch._C._set_grad_enabled = _grad_setter(torch._C._set_grad_enabled)
     wrappers = {n: _getter(n, getattr(torch, n), c) for n, c in GETTERS.items()}
@@ -139,6 +140,7 @@ def install() -> None:
 
 def uninstall() -> None:
     backend_flags.uninstall()
+    environ.uninstall()
     real = _saved_c.pop("_set_grad_enabled", None)
     if real is not None and getattr(torch._C._set_grad_enabled, "__wrapped__", None) is real:
         torch._C._set_grad_enabled = real
@@ -155,6 +157,8 @@ def _real(name: str) -> Callable:
 
 def describe_read(name: str, args: tuple) -> str:
     """`torch.get_float32_matmul_precision()`, `torch.backends.cudnn.deterministic` (an attribute)."""
+    if name == environ.READ:
+        return f"os.environ.get({args[0]!r})"
     if backend_flags.is_attribute(name):
         return f"torch.{name}"
     return f"torch.{name}({', '.join(map(repr, args))})"
@@ -162,6 +166,8 @@ def describe_read(name: str, args: tuple) -> str:
 
 def real_getter(name: str) -> Callable:
     """What the prologue calls to read a setting noted as `name` (a torch getter, or a backend flag's getter)."""
+    if name == environ.READ:
+        return environ.real_getter()
     return backend_flags.real_getter(name) or _real(name)
 
 
