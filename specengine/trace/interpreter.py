@@ -126,16 +126,10 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     from specengine.ops import layouts, ltorch, outside  # noqa: F401 - they register ops and Tensor attributes
     from specengine.ops.registry import TraceMode
 
-    names = NameGen()
-    state = TraceState(decider, names)
-    shadows = objects.Shadows()
-    state.input_formats = {s.local: s.formats for s in specs.leaves() if isinstance(s, TensorSpec)}
-    state.symbol_sources = dict(specs.sources)  # s0 -> 'x.shape[0]': run-time check messages name them
-    made: dict[str, Any] = {}
+    state, shadows = _new_state(specs, decider), objects.Shadows()
+    names, made = state.names, {}
     values = [_proxy(p, names, specs.hints, shadows, made) for p in specs.params]
     state_values = [_proxy(p, names, specs.hints, shadows) for p in specs.state]
-    state.input_contiguity = {t.local: t.contiguous for t in specs.leaves() if isinstance(t, TensorSpec)}
-    state.input_layouts = {k: v for k, v in specs.layouts.items() if v is not None}
     args, kwargs = _call_args(specs.signature, values)
     target = unwrap(callable_target(fn))[0]  # the function under partials and bound methods
     _check_function(target)
@@ -174,16 +168,33 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     _note_autocast_reads(state)
     if state.output_plan is not None:
         out = tuple(state.output_plan.leaves)
-    specs.captured = captured_transitively(target, modules, ran)  # baked in: the prologue guards them
-    _guard_config_objects(specs, plain, shadows.outside, ran)
-    _guard_containers(specs)
-    _guard_captured_classes(specs)
-    torch_settings.note_captured(state, specs.captured)
+    _guard_outside_reads(specs, state, target, modules, plain, shadows.outside, ran)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
     specs.layout_facts = list(state.layout_facts)
     specs.lifted = list(state.lifted)  # tensors closed over from outside: inputs the prologue passes as they are
     params += tuple(proxy for proxy, _, _ in state.lifted)
     return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state
+
+
+def _new_state(specs: InputSpecs, decider: Decider) -> TraceState:
+    """The tracing state, with what run-time checks and layout rules need to know of the inputs."""
+    state = TraceState(decider, NameGen())
+    state.input_formats = {s.local: s.formats for s in specs.leaves() if isinstance(s, TensorSpec)}
+    state.symbol_sources = dict(specs.sources)  # s0 -> 'x.shape[0]': run-time check messages name them
+    state.input_contiguity = {t.local: t.contiguous for t in specs.leaves() if isinstance(t, TensorSpec)}
+    state.input_layouts = {k: v for k, v in specs.layouts.items() if v is not None}
+    return state
+
+
+def _guard_outside_reads(specs: InputSpecs, state: TraceState, target: Callable, modules: list, plain: list,
+                         constants: list, ran: Any) -> None:  # fmt: skip
+    """What the trace read outside its inputs is baked in: the prologue guards it (globals, closure variables,
+    module attributes, config objects, containers, classes, torch getters held by the function)."""
+    specs.captured = captured_transitively(target, modules, ran)
+    _guard_config_objects(specs, plain, constants, ran)
+    _guard_containers(specs)
+    _guard_captured_classes(specs)
+    torch_settings.note_captured(state, specs.captured)
 
 
 def _guard_captured_classes(specs: InputSpecs) -> None:
@@ -193,7 +204,6 @@ def _guard_captured_classes(specs: InputSpecs) -> None:
     from specengine.prologue.external import _user_class
 
     classes = [v for _, _, v, _ in specs.captured if isinstance(v, type) and not issubclass(v, type) and _user_class(v)]
-    classes = [c for c in classes if not (getattr(c, "__module__", "") or "").startswith("specengine")]
     if classes:
         specs.structure.append(ClassGuard(classes, "the classes read as globals"))
 
