@@ -15,13 +15,12 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Callable
 
+from specengine.provenance import _is_internal
 from specengine.trace import context
 
 READ = "os.environ.get"  # the name reads are noted under (`global_reads`)
 _Environ = type(os.environ)
 _real: dict[str, Callable] = {}
-_TORCH = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["torch"].__file__))) + os.sep + "torch" + os.sep
-_ENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # the files of os's and Mapping's methods, as their code names them (`<frozen os>` where they are frozen)
 _PLUMBING = frozenset((type(os.environ).__getitem__.__code__.co_filename, Mapping.get.__code__.co_filename))
 
@@ -32,8 +31,7 @@ def _programs_read() -> bool:
     frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename in _PLUMBING:
         frame = frame.f_back
-    name = frame.f_code.co_filename if frame is not None else ""
-    return not (name.startswith(_TORCH) or name.startswith(_ENGINE))
+    return frame is not None and not _is_internal(frame.f_code.co_filename)
 
 
 def _getitem(self: Any, key: Any) -> Any:
