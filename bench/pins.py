@@ -2,7 +2,7 @@
 
 A kernel that calls `guard_int` (or converts a symbolic size to a float, or reads a symbolic float input) pins the
 value with an equality guard: sound, but each new value recompiles. This runs OpInfo ops through specengine
-(tests/opinfo_run.py, the same samples as bench/opinfo.py) and prints `specengine.trace.symnode.pin_report()`,
+(tests/opinfo_run.py, the same samples as bench/opinfo.py) and prints `specengine.ir.symnode.pin_report()`,
 the candidates for a hand-written rule, with the kinds of pins.
 
     python bench/pins.py [--samples 2] [--ops NAME,...]
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import opinfo_run as R  # noqa: E402
 
-from specengine.trace import kernel_decisions as K  # noqa: E402
+from specengine.ir import kernel_decisions as K  # noqa: E402
 
 
 def main() -> None:

@@ -16,10 +16,11 @@ from specengine.errors import (
     SpecEngineError,
     UnsupportedOpError,
 )
+from specengine.ir.data_dependent import user_check
+from specengine.ir.trace import Trace
 from specengine.logs import set_logs
 from specengine.marks import mark_dynamic, mark_static
 from specengine.prologue.codegen import Guard, Prologue
-from specengine.trace.trace import Trace
 
 __all__ = [
     "compile", "cache_hits", "cache_misses", "last_traces", "last_prologue", "last_guards", "cache_entries",
@@ -72,8 +73,6 @@ def check(cond: Any, message: Any = None) -> None:
         cond: a bool, or a comparison of sizes and ints (`n > 0`, `idx.shape[0] <= x.shape[0]`).
         message: the error message (a string, or a callable returning one).
     """
-    from specengine.trace.unbacked import user_check
-
     user_check(cond, message)
 
 

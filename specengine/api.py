@@ -15,6 +15,9 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from specengine.cache import Cache, CacheEntry
+from specengine.capture import torch_settings, unbound_methods
+from specengine.capture.interpreter import trace_function
+from specengine.capture.writes import Promote, with_writes
 from specengine.codegen import callable_target, function_name
 from specengine.config import config
 from specengine.constraints import expr as E
@@ -22,6 +25,10 @@ from specengine.constraints.decide import Decider
 from specengine.constraints.solver import Solution, Solver, with_float_guards
 from specengine.errors import RecompileLimitError, RecompileLimitWarning, SpecEngineError, UnsupportedOpError
 from specengine.executors import Executor, Request, claim_trace, resolve_executors
+from specengine.ir import context as trace_context
+from specengine.ir import passes
+from specengine.ir.proxies import NumberProxy
+from specengine.ir.trace import Trace, format_value
 from specengine.logs import topic
 from specengine.marks import check_marks, mark_constraints
 from specengine.prologue.build import build_index_key, build_prologue
@@ -29,12 +36,6 @@ from specengine.prologue.codegen import Prologue
 from specengine.prologue.external import ObjGuard
 from specengine.prologue.inputs import ConstSpec, InputSpecs, TensorSpec, describe_inputs
 from specengine.provenance import Provenance
-from specengine.trace import context as trace_context
-from specengine.trace import passes, unbound_methods
-from specengine.trace.interpreter import trace_function
-from specengine.trace.proxies import NumberProxy
-from specengine.trace.trace import Trace, format_value
-from specengine.trace.writes import Promote, with_writes
 
 _MAX_CLAIM_ROUNDS = 8
 recompiles, guards_log, traces_log = topic("recompiles"), topic("guards"), topic("traces")
@@ -55,6 +56,8 @@ class Options:
 class CompiledFunction:
     """A function compiled by `specengine.compile`. Calling it dispatches to a cached entry or compiles."""
 
+    _specengine_compiled = True  # (prologue/state.py: a compiled function called while another one traces)
+
     def __init__(self, fn: Callable, options: Options):
         self._fn = fn
         self._options = options
@@ -70,6 +73,11 @@ class CompiledFunction:
         for attr in ("__name__", "__qualname__"):  # a functools.partial has neither
             if not hasattr(self, attr):
                 setattr(self, attr, function_name(fn))
+
+    @property
+    def compiled_target(self) -> Callable:
+        """The function or module this compiles (what it runs while another compiled function traces it)."""
+        return self._fn
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         cache = self._cache
@@ -272,7 +280,7 @@ def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: 
     symbols = {p.name for p in final.params if isinstance(p, NumberProxy)}
     default_dtype = torch.get_default_dtype() if uses_default_dtype else None
     return build_prologue(name, specs, solution, returns, symbols, torch.is_grad_enabled(), default_dtype,
-                          contiguous, reads)  # fmt: skip
+                          contiguous, torch_settings.resolved(reads))  # fmt: skip
 
 
 def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
@@ -288,12 +296,12 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
             promoted = promoted | {p.key}
     else:
         raise SpecEngineError("internal error: module attributes kept being promoted")
-    uses_default_dtype, plan = state.uses_default_dtype, state.output_plan
+    uses_default_dtype, plan = state.facts.uses_default_dtype, state.output_plan
     reads = tuple(sorted(state.global_reads.items(), key=repr))  # global torch settings the trace read
     times["trace"] = time.perf_counter()
     solution, computation, contiguous = _computation_stage(traces[-1], decider, specs, options)
     check_marks(specs, solution)
-    contiguous |= state.contiguous_inputs
+    contiguous |= state.facts.contiguous
     traces += computation
     times["solve"] = time.perf_counter()
     objects = plan.objects if plan is not None else []

@@ -7,8 +7,8 @@ from typing import Any, Callable
 
 from specengine.codegen import exec_source
 from specengine.constraints.solver import Solution, subsumes
+from specengine.ir.trace import Trace
 from specengine.prologue.codegen import Guard, Prologue
-from specengine.trace.trace import Trace
 
 
 @dataclass(eq=False)

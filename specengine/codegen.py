@@ -11,6 +11,9 @@ import linecache
 import weakref
 from typing import Any, Callable
 
+import torch
+import torch.nn.modules.module as mm
+
 _counter = itertools.count()
 
 
@@ -58,16 +61,12 @@ def signature_source(sig: inspect.Signature, globals_: dict[str, Any]) -> str:
 
 def callable_target(fn: Any) -> Callable:
     """What a compiled `fn` is called like: an nn.Module's bound `forward`, else `fn` itself."""
-    import torch
-
     return fn.forward if isinstance(fn, torch.nn.Module) else fn
 
 
 def module_of(fn: Any) -> Any:
     """The nn.Module whose parameters and buffers are inputs: `fn` itself, or the module of a bound method
     (`specengine.compile(model.forward)`, which `model.forward = specengine.compile(model.forward)` installs)."""
-    import torch
-
     if isinstance(fn, torch.nn.Module):
         return fn
     owner = getattr(fn, "__self__", None)
@@ -93,9 +92,6 @@ def _call_hooks(fn: Any) -> bool:
     """Whether `Module.__call__` of `fn` runs forward hooks or pre-hooks (its own or global ones): they see the
     positional arguments and keywords as the caller passed them, so the call is not bound to `forward`'s
     signature (a default filled in would reach a pre-hook as a positional argument)."""
-    import torch
-    import torch.nn.modules.module as mm
-
     if not isinstance(fn, torch.nn.Module):
         return False
     names = ("_forward_pre_hooks", "_forward_hooks")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 
 class SpecEngineError(Exception):
     """Base of every error the engine raises itself."""
@@ -16,11 +18,16 @@ class UnsupportedOpError(SpecEngineError):
     def __init__(self, op: str, where: str, hint: str):
         self.op, self.where, self.hint = op, where, hint
         super().__init__(f"{op} is not supported by specengine (at {where}): {hint}")
-        from specengine.trace import context
+        for observe in _refusal_observers:
+            observe(self)  # the active trace: a handler in the traced function must not swallow it
 
-        state = context.current()
-        if state is not None:
-            state.note_refusal(self)  # a handler in the traced function must not swallow it
+
+_refusal_observers: list[Callable[[UnsupportedOpError], None]] = []
+
+
+def observe_refusals(observer: Callable[[UnsupportedOpError], None]) -> None:
+    """Call `observer` with each UnsupportedOpError as it is made (`ir/context.py` tells the active trace)."""
+    _refusal_observers.append(observer)
 
 
 class ConstraintViolationError(SpecEngineError):

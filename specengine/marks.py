@@ -7,6 +7,11 @@ from typing import Any
 
 import torch
 
+from specengine.constraints import expr as E
+from specengine.constraints.solver import implies
+from specengine.errors import ConstraintViolationError
+from specengine.provenance import Provenance
+
 _ATTR = "_specengine_marks"
 
 
@@ -72,9 +77,6 @@ def marks_of(t: torch.Tensor) -> dict[int, Mark]:
 
 def mark_constraints(specs: Any) -> list[tuple[Any, Any]]:
     """(constraint, provenance) for every dynamic mark's min, max and multiple_of (they become guards)."""
-    from specengine.constraints import expr as E
-    from specengine.provenance import Provenance
-
     out = []
     for s, mark in specs.marks.items():
         prov = Provenance("<mark_dynamic>", 0, "mark_dynamic", f"{specs.sources[s]} as marked")
@@ -91,8 +93,6 @@ def mark_constraints(specs: Any) -> list[tuple[Any, Any]]:
 def check_marks(specs: Any, solution: Any) -> None:
     """Raise ConstraintViolationError when the program pins a dim marked dynamic, or needs a divisibility
     the mark does not promise. The message suggests the fix, as torch.export suggests Dim fixes."""
-    from specengine.errors import ConstraintViolationError
-
     for s in specs.marks:
         src, dim = specs.sources[s], _dim_of(specs.sources[s])
         tensor = src.rsplit(".shape[", 1)[0]
@@ -121,9 +121,6 @@ def _dim_of(source: str) -> str:
 def _divisor(e: Any, s: str, solution: Any) -> int | None:
     """The smallest k such that `s % k == 0` (with the other guards) implies guard `e`, for a guard with a
     `... % K` subexpression over `s` (k divides K); z3 proves the implication."""
-    from specengine.constraints import expr as E
-    from specengine.constraints.solver import implies
-
     big = _mod_constant(e, s)
     if big is None:
         return None

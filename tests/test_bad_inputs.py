@@ -201,7 +201,7 @@ def test_bad_input_raises_clearly_and_leaves_the_cache_whole(case, dynamic):
         with pytest.raises(case.exc, match=case.match):
             cfn(*case.bad, **case.bad_kwargs)
     assert _state(cfn) == before  # no half-made entry: a failed compile changes nothing
-    assert COUNTER == counter  # a rejected assignment is put back (trace/module_reads.py)
+    assert COUNTER == counter  # a rejected assignment is put back (capture/module_reads.py)
     hits = specengine.cache_hits(cfn)
     _check_good(case, cfn)
     assert _state(cfn) == before and specengine.cache_hits(cfn) == hits + 1  # served by the same entry

@@ -9,7 +9,7 @@ from helpers import counts, guards, run_both, sweep
 import specengine
 from specengine.constraints import expr as E
 from specengine.executors import Claim
-from specengine.trace.symbol import Symbol
+from specengine.ir.symbol import Symbol
 
 
 def add_sum(a, b):

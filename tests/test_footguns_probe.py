@@ -18,7 +18,7 @@ import torch
 
 import specengine
 from specengine import UnsupportedOpError
-from specengine.trace.proxies import Proxy
+from specengine.ir.proxies import Proxy
 
 
 def _same(a, b) -> bool:

@@ -14,7 +14,7 @@ from fuzzrun import Tally, program_seed, run_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specengine.trace.symbol import Symbol
+from specengine.ir.symbol import Symbol
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""The generic op path: torch's meta kernels on SymInts over our nodes (specengine/trace/symnode.py, ops/generic.py).
+"""The generic op path: torch's meta kernels on SymInts over our nodes (specengine/ir/symnode.py, ops/generic.py).
 
 The SymNode protocol is tested directly (arithmetic, constants, decisions with provenance, pins counted); then
 ops without a hand-written rule are swept over sizes 0, 1, 2 and larger against eager, with exact miss counts.
@@ -14,10 +14,11 @@ from helpers import counts, guards, run_both
 import specengine
 from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
-from specengine.trace import kernel_decisions as K
-from specengine.trace import shape_env as SE
-from specengine.trace import symnode as S
-from specengine.trace.context import NameGen, TraceState, tracing
+from specengine.ir import kernel_decisions as K
+from specengine.ir import shape_env as SE
+from specengine.ir import symnode as S
+from specengine.ir.context import tracing
+from specengine.ir.recording import NameGen, TraceState
 
 
 @pytest.fixture
@@ -116,7 +117,7 @@ def test_layout_predicates_record_nothing(state):
 def test_unbacked_sizes_from_the_shape_env(state):
     from torch.fx.experimental.symbolic_shapes import _constrain_range_for_size, has_free_unbacked_symbols
 
-    u = SE.SHAPE_ENV.create_unbacked_symint()  # what torch's fake rules ask for
+    u = S.SHAPE_ENV.create_unbacked_symint()  # what torch's fake rules ask for
     name = str(u)
     assert name in state.decider.unbacked.symbols and has_free_unbacked_symbols(u)
     _constrain_range_for_size(u, max=7)
@@ -126,7 +127,7 @@ def test_unbacked_sizes_from_the_shape_env(state):
     assert not (u >= 1).node.guard_or_false()  # not provable: the safe default, no check
     assert state.decider.constraints == [] and state.pending == []
     with pytest.raises(SE.DataDependentError):
-        SE.SHAPE_ENV.create_unbacked_symbool()
+        S.SHAPE_ENV.create_unbacked_symbool()
 
 
 # Ops through the generic path, against eager, with exact miss counts.
@@ -269,7 +270,7 @@ def test_seeding_inside_the_function_runs_on_every_call():
 
 
 def test_a_number_proxys_node_is_our_symnode(state):
-    from specengine.trace.proxies import NumberProxy
+    from specengine.ir.proxies import NumberProxy
 
     n = NumberProxy("n", E.sym("s0"), 5, int)
     assert type(n.node) is S.ExprNode and n.node.expr_ is E.sym("s0") and n.node.hint == 5

@@ -10,7 +10,7 @@ from helpers import counts, guards, run_both
 
 import specengine
 from specengine.executors import Claim
-from specengine.trace.symbol import Symbol
+from specengine.ir.symbol import Symbol
 
 
 class NumelExecutor:

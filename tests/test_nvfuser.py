@@ -17,7 +17,7 @@ from specengine.executors.nvfuser import NvFuserExecutor, nvfuser_available
 from specengine.executors.nvfuser.lowering import plan_inputs, replay
 from specengine.executors.nvfuser.plan import DType, Ref
 from specengine.executors.nvfuser.regions import group
-from specengine.trace.proxies import TensorProxy
+from specengine.ir.proxies import TensorProxy
 
 
 def ref():
@@ -289,8 +289,8 @@ def test_logical_xor_is_ne_of_bools_and_bitwise_ops_on_bools_are_logical():
 
 def test_slices_with_a_step_or_constant_end_before_start_are_declined():
     from specengine.executors.nvfuser.claims import lowerable
+    from specengine.ir.symbol import BoundSymbol
     from specengine.ops import prims
-    from specengine.trace.symbol import BoundSymbol
 
     x = TensorProxy("x", (E.sym("s0"), 4), torch.float32, torch.device("cpu"), False)
     out = TensorProxy("t0", (E.sym("s0"), 2), torch.float32, torch.device("cpu"), False)

@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from helpers import run_both
 
 import specengine
-from specengine.trace import passes
-from specengine.trace.proxies import TensorProxy
-from specengine.trace.symbol import tree_leaves
+from specengine.ir import passes
+from specengine.ir.proxies import TensorProxy
+from specengine.ir.symbol import tree_leaves
 
 N, M, K = "n", "m", "k"
 SWEEP = [(2, 3, 1), (0, 2, 0), (1, 1, -1), (2, 0, 3), (5, 4, 2), (1, 5, 7), (3, 1, -4), (4, 4, 4)]

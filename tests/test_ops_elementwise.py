@@ -16,9 +16,9 @@ import torch.nn.functional as F
 
 import specengine
 from specengine.errors import UnsupportedOpError
-from specengine.trace import passes
-from specengine.trace.proxies import TensorProxy
-from specengine.trace.symbol import tree_leaves
+from specengine.ir import passes
+from specengine.ir.proxies import TensorProxy
+from specengine.ir.symbol import tree_leaves
 
 N, M, K, W = "n", "m", "k", "w"  # W: a float argument, k / 2 + 0.25
 SWEEP = [(2, 3, 1), (0, 2, 0), (1, 1, -1), (2, 0, 3), (5, 4, 2), (1, 5, 7), (3, 1, -4), (4, 4, 4)]

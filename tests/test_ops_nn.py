@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from helpers import run_both
 
 import specengine
-from specengine.trace import passes
-from specengine.trace.proxies import TensorProxy
-from specengine.trace.symbol import tree_leaves
+from specengine.ir import passes
+from specengine.ir.proxies import TensorProxy
+from specengine.ir.symbol import tree_leaves
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using a target size", "ignore:Mismatch dtype", "ignore:size_average")
 

@@ -11,7 +11,7 @@ import torch
 
 import specengine
 from specengine.errors import UnsupportedOpError
-from specengine.trace.proxies import Proxy
+from specengine.ir.proxies import Proxy
 
 Pair = collections.namedtuple("Pair", "a b")
 

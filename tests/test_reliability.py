@@ -15,7 +15,7 @@ from helpers import counts
 
 import specengine
 from specengine import api
-from specengine.trace import context
+from specengine.ir import context
 
 # Threads.
 
@@ -114,7 +114,7 @@ def test_an_exception_while_tracing_keeps_the_users_traceback_and_the_cache():
 
 
 def _guarded_print():
-    from specengine.trace import effects
+    from specengine.capture import effects
 
     return effects._guarded_print
 

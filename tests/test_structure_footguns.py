@@ -747,7 +747,7 @@ def test_a_global_list_appended_to_is_refused_and_put_back():
     assert GLOBAL_LOG == [] and specengine.cache_entries(cfn) == []
 
 
-# Objects of the standard library (trace/mutations.py skips their caches, not their users' data) ---------------------
+# Objects of the standard library (capture/mutations.py skips their caches, not their users' data) ---------------------
 
 NAMESPACE = types.SimpleNamespace(count=0)
 ARGS = argparse.Namespace(scale=2)

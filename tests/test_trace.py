@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import specengine
-from specengine.trace import passes
+from specengine.ir import passes
 
 
 def _count(trace, name: str) -> int:

@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 import specengine  # noqa: E402
 from specengine.examples.hf import FAMILIES, MORE_FAMILIES  # noqa: E402
-from specengine.trace.proxies import Proxy  # noqa: E402
+from specengine.ir.proxies import Proxy  # noqa: E402
 
 BATCHES, SEQS = (1, 2, 3), (5, 8, 17)
 

@@ -6,10 +6,9 @@ needs. Shared subtrees print once per call (memoised on node identity).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
-if TYPE_CHECKING:
-    from specengine.constraints.expr import Expr
+Expr = Any  # a `constraints.expr.Expr` (not imported: expr.py imports this module to print itself)
 
 
 _P_NOT, _P_CMP, _P_ADD, _P_MUL, _P_NEG, _P_ATOM = 1, 2, 3, 4, 5, 6

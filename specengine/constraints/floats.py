@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from specengine.constraints import expr as E
+from specengine.constraints.z3expr import to_z3
 
 _ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "**": operator.pow}
 _RELS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
@@ -114,7 +115,7 @@ class FloatExpr:
         return FloatExpr(self.op, tuple(a.subs(mapping) for a in self.args))
 
     def to_z3(self, env: dict) -> Any:
-        import z3  # loaded by the first query, not with specengine
+        import z3  # lazy: z3 loads with the first query, not with specengine
 
         if self.op == "sym":
             return env.setdefault(self.args[0], z3.Real(self.args[0]))
@@ -123,8 +124,6 @@ class FloatExpr:
                 raise z3.Z3Exception("infinities and NaN are not reals")
             return z3.RealVal(self.args[0])
         if self.op == "int":
-            from specengine.constraints.z3expr import to_z3
-
             return z3.ToReal(to_z3(self.args[0], env))
         if self.op == "neg":
             return -self.args[0].to_z3(env)

@@ -6,12 +6,13 @@ import functools
 import operator
 from typing import Any
 
+from specengine.config import config
 from specengine.constraints.expr import _RELOPS, BoolLike, Expr, IntLike, as_expr
 
 
 def z3_module() -> Any:
     """The z3 module, imported on the first query (loading it takes ~0.1 s; a compile may need no query)."""
-    import z3
+    import z3  # lazy: z3 loads with the first solver query, not with specengine
 
     return z3
 
@@ -20,8 +21,6 @@ def new_solver(timeout_ms: int) -> Any:
     """A z3 solver whose every query stops at `config.solver_rlimit` units of z3's own work (deterministic: the
     same query gets the same answer however loaded the machine is) or at `timeout_ms` of wall-clock time (a
     backstop), whichever comes first; either way the query answers `unknown`."""
-    from specengine.config import config
-
     solver = z3_module().Solver()
     solver.set("timeout", timeout_ms)
     if config.solver_rlimit:

@@ -64,13 +64,13 @@ def _common() -> dict:
 
 
 def _gpt2() -> Any:
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel  # lazy: transformers is an optional test dependency
 
     return GPT2LMHeadModel(GPT2Config(n_layer=LAYERS, n_embd=HIDDEN, n_head=HEADS, n_positions=128, **_common()))
 
 
 def _llama() -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM  # lazy: transformers is an optional test dependency
 
     config = LlamaConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, intermediate_size=128, num_attention_heads=HEADS,
                          num_key_value_heads=2, max_position_embeddings=128, **_common())  # fmt: skip
@@ -78,7 +78,7 @@ def _llama() -> Any:
 
 
 def _bert() -> Any:
-    from transformers import BertConfig, BertModel
+    from transformers import BertConfig, BertModel  # lazy: transformers is an optional test dependency
 
     config = BertConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, intermediate_size=128, num_attention_heads=HEADS,
                         max_position_embeddings=128, vocab_size=VOCAB)  # fmt: skip
@@ -86,7 +86,7 @@ def _bert() -> Any:
 
 
 def _t5() -> Any:
-    from transformers import T5Config, T5ForConditionalGeneration
+    from transformers import T5Config, T5ForConditionalGeneration  # lazy: transformers is an optional test dependency
 
     config = T5Config(num_layers=LAYERS, d_model=HIDDEN, d_ff=128, num_heads=HEADS, d_kv=16, decoder_start_token_id=0,
                       **_common())  # fmt: skip
@@ -94,7 +94,7 @@ def _t5() -> Any:
 
 
 def _vit() -> Any:
-    from transformers import ViTConfig, ViTModel
+    from transformers import ViTConfig, ViTModel  # lazy: transformers is an optional test dependency
 
     config = ViTConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, intermediate_size=128, num_attention_heads=HEADS,
                        image_size=32, patch_size=8)  # fmt: skip
@@ -102,7 +102,7 @@ def _vit() -> Any:
 
 
 def _mixtral() -> Any:
-    from transformers import MixtralConfig, MixtralForCausalLM
+    from transformers import MixtralConfig, MixtralForCausalLM  # lazy: transformers is an optional test dependency
 
     config = MixtralConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, intermediate_size=128,
                            num_attention_heads=HEADS, num_key_value_heads=2, num_local_experts=4,
@@ -111,7 +111,7 @@ def _mixtral() -> Any:
 
 
 def _distilbert() -> Any:
-    from transformers import DistilBertConfig, DistilBertModel
+    from transformers import DistilBertConfig, DistilBertModel  # lazy: transformers is an optional test dependency
 
     config = DistilBertConfig(n_layers=LAYERS, dim=HIDDEN, hidden_dim=128, n_heads=HEADS, vocab_size=VOCAB,
                               max_position_embeddings=128)  # fmt: skip
@@ -119,7 +119,7 @@ def _distilbert() -> Any:
 
 
 def _qwen2() -> Any:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM  # lazy: transformers is an optional test dependency
 
     config = Qwen2Config(num_hidden_layers=LAYERS, hidden_size=HIDDEN, intermediate_size=128, num_attention_heads=HEADS,
                          num_key_value_heads=2, max_position_embeddings=128, **_common())  # fmt: skip
@@ -127,7 +127,7 @@ def _qwen2() -> Any:
 
 
 def _whisper() -> Any:
-    from transformers import WhisperConfig, WhisperModel
+    from transformers import WhisperConfig, WhisperModel  # lazy: transformers is an optional test dependency
 
     config = WhisperConfig(encoder_layers=LAYERS, decoder_layers=LAYERS, d_model=HIDDEN, encoder_attention_heads=HEADS,
                            decoder_attention_heads=HEADS, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
@@ -160,7 +160,7 @@ MORE_FAMILIES: dict[str, Family] = {
 def available() -> bool:
     """Whether transformers can be imported."""
     try:
-        import transformers  # noqa: F401
+        import transformers  # noqa: F401 - lazy: transformers is an optional test dependency
     except ImportError:
         return False
     return True

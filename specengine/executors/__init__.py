@@ -1,4 +1,5 @@
-"""Executors and the claiming pass that hands each bound symbol to the first executor that takes it."""
+"""Executors and the claiming pass that hands each bound symbol to the first executor that takes it. May import
+`ops`, `ir`, `marks`, `constraints` and the leaves; never `prologue`, `capture` or above."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from typing import Any, Sequence
 
 from specengine.constraints.expr import Expr
 from specengine.errors import UnsupportedOpError
+from specengine.executors.nvfuser import NvFuserExecutor, nvfuser_available
 from specengine.executors.protocol import Claim, Executor
-from specengine.trace.symbol import BoundSymbol
-from specengine.trace.trace import Trace
+from specengine.executors.torchex import torch_executor
+from specengine.ir.symbol import BoundSymbol
+from specengine.ir.trace import Trace
 
 __all__ = ["Claim", "Executor", "Request", "claim_trace", "resolve_executors"]
 
@@ -27,9 +30,6 @@ class Request:
 
 def resolve_executors(executors: Sequence[Executor | str] | None) -> tuple[Executor, ...]:
     """Executor objects for names ("torch") and user objects; "torch" is always last as the fallback."""
-    from specengine.executors.nvfuser import NvFuserExecutor, nvfuser_available
-    from specengine.executors.torchex import torch_executor
-
     named = {"torch": torch_executor, "nvfuser": NvFuserExecutor}
     out = []
     default = ("nvfuser", "torch") if nvfuser_available() else ("torch",)

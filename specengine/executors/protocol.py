@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specengine.constraints.expr import Expr
-from specengine.trace.symbol import BoundSymbol, Symbol
+from specengine.ir.symbol import BoundSymbol, Symbol
 
 
 @dataclass(frozen=True)

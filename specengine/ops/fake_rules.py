@@ -6,8 +6,8 @@ torch has no meta kernel for ops whose output size depends on data (aten ops tag
 (`torch/_subclasses/fake_impls.py`): it asks its `fake_mode.shape_env` for an unbacked SymInt, constrains its range
 (`_constrain_range_for_size(u, max=numel)`), states what it needs with `torch._check`, and builds the outputs with
 `new_empty`. The same rules run here on our meta stand-ins, with a stand-in `fake_mode` whose `shape_env` is ours
-(`trace/shape_env.py`): each unbacked SymInt is one of our unbacked symbols, named after the op, and each decision
-or `torch._check` a rule takes on it is proved or asserted at run time (`trace/unbacked.py`). The generic path
+(`ir/shape_env.py`): each unbacked SymInt is one of our unbacked symbols, named after the op, and each decision
+or `torch._check` a rule takes on it is proved or asserted at run time (`ir/unbacked.py`). The generic path
 then binds every new symbol from the real op's output in the computation (`bind_new_symbols`).
 
 nonzero and masked_select have rules of their own here: torch's bound their sizes with sympy's `bound_sympy` over
@@ -20,14 +20,15 @@ import math
 from typing import Any
 
 import torch
+from torch._subclasses import fake_impls
 from torch.utils import _pytree as pytree
 
 from specengine.constraints import expr as E
-from specengine.trace import context, unbacked
-from specengine.trace import shape_env as SE
-from specengine.trace import symnode as S
-from specengine.trace.kernel_decisions import current_op
-from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
+from specengine.ir import context, unbacked
+from specengine.ir import shape_env as SE
+from specengine.ir import symnode as S
+from specengine.ir.kernel_decisions import current_op
+from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported
 
 _aten = torch.ops.aten
 _MEMOS = ("nonzero_memo", "unique_memo", "unique_consecutive_memo", "item_memo")  # FakeTensor's per-tensor memos
@@ -41,7 +42,7 @@ class _FakeModeStandIn:
 
     def __init__(self, mode: Any):
         self.mode = mode
-        self.shape_env = SE.SHAPE_ENV
+        self.shape_env = S.SHAPE_ENV
 
     def __enter__(self) -> Any:
         return self.mode.__enter__()
@@ -73,8 +74,6 @@ _OWN = {_aten.nonzero.default: _nonzero, _aten.masked_select.default: _masked_se
 
 def run(mode: Any, func: Any, args: tuple, kwargs: dict, device: torch.device) -> Any:
     """`func` by its fake rule, on meta stand-ins; raises DataDependentError where torch has none."""
-    from torch._subclasses import fake_impls
-
     rule = _OWN.get(func) or fake_impls.op_implementations_dict.get(func)
     if rule is None:
         raise SE.DataDependentError(f"{func} has a data-dependent output and torch has no fake rule for it")

@@ -1,6 +1,6 @@
 """The generic op path: any torch callable without a hand-written rule runs torch's own meta kernel.
 
-The proxies become meta tensors whose sizes are `torch.SymInt`s over our nodes (`trace/symnode.py`), so the
+The proxies become meta tensors whose sizes are `torch.SymInt`s over our nodes (`ir/symnode.py`), so the
 kernel computes symbolic output sizes and every decision it takes becomes one of our constraints. Where an aten
 op has no meta kernel, its decomposition (`torch._decomp`, which holds `torch._refs`) runs instead. The result
 is one bound symbol that the torch executor runs as the real torch op.
@@ -25,18 +25,22 @@ import math
 from typing import Any, Callable
 
 import torch
+import torch._decomp
 from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from specengine.constraints import expr as E
 from specengine.errors import UnsupportedOpError
-from specengine.ops import fake_rules
-from specengine.trace import context, proxies, unbound_methods
-from specengine.trace import kernel_decisions as K
-from specengine.trace import shape_env as SE
-from specengine.trace import symnode as S
-from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy, unsupported
-from specengine.trace.symbol import Symbol
+from specengine.ir import context, proxies
+from specengine.ir import kernel_decisions as K
+from specengine.ir import shape_env as SE
+from specengine.ir import symnode as S
+from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy, unsupported
+from specengine.ir.symbol import Symbol
+from specengine.ir.trace import format_value
+from specengine.ops import fake_rules, runtime
+from specengine.patching import original
 
 _DATA_DEPENDENT_TAGS = tuple(getattr(torch.Tag, t) for t in ("dynamic_output_shape", "data_dependent_output")
                       if hasattr(torch.Tag, t))  # fmt: skip
@@ -73,12 +77,10 @@ _NAMESPACES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.linalg", "
 
 def _resolve(path: str) -> Any:
     """The object a trace's `torch.x.y` (or `tex.x`) names."""
-    from specengine.executors import torchex
-
     head, *parts = path.split(".")
     if head == "torch" and len(parts) == 2 and parts[0] == "Tensor":
-        return unbound_methods.real_attribute(parts[1])  # (not a dispatcher that a trace swapped in)
-    obj: Any = torchex if head == "tex" else torch
+        return original(torch.Tensor, parts[1])  # (not a dispatcher that a trace swapped in)
+    obj: Any = runtime if head == "tex" else torch
     for part in parts:
         obj = getattr(obj, part, None)
     return obj
@@ -146,8 +148,6 @@ def _integer_indexing(func: Any, args: tuple) -> bool:
 
 
 def _decompositions() -> dict:
-    import torch._decomp
-
     return torch._decomp.decomposition_table
 
 
@@ -199,8 +199,6 @@ def _with_out(func: Callable, name: str, args: tuple, kwargs: dict) -> Any:
 
 
 def _same_size(a: Any, b: Any, name: str) -> bool:
-    from specengine.constraints import expr as E
-
     return a == b or context.require().decide(E.eq(a, b), name, "out= is written without resizing")
 
 
@@ -235,8 +233,6 @@ def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
 
 
 def _check_printable(name: str, tree: Any) -> None:
-    from specengine.trace.trace import format_value
-
     try:
         format_value(tree)
     except TypeError as e:
@@ -354,14 +350,12 @@ class _Property:
         self.name = name
 
     def __get__(self, proxy: TensorProxy, owner: Any = None) -> Any:
-        from specengine.executors.torchex import tensor_attr
-
-        return generic_call(tensor_attr, (proxy, self.name), {})
+        return generic_call(runtime.tensor_attr, (proxy, self.name), {})
 
 
 def generic_method(name: str) -> Any:
     """A Tensor method or property without a rule, as a descriptor binding to the proxy (or None)."""
-    attr = unbound_methods.real_attribute(name)  # (not a dispatcher that a trace swapped in)
+    attr = original(torch.Tensor, name)  # (not a dispatcher that a trace swapped in)
     if attr is None:
         return None
     if isinstance(attr, (property, type(torch.Tensor.real))):

@@ -14,9 +14,25 @@ from typing import Any
 
 import torch
 
-from specengine.prologue.inputs import formats_of
-from specengine.trace import context
-from specengine.trace.proxies import TensorProxy, unsupported
+from specengine.ir import context
+from specengine.ir.proxies import TensorProxy, unsupported
+
+_FORMATS = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
+
+
+def example_layout(t: torch.Tensor) -> tuple | None:
+    """(storage key, storage offset, strides, storage bytes, sizes) of a tensor, or None: where its elements are,
+    for the overlap checks of in-place ops made on the example (`overlap.py`). Plain data: no tensor is kept."""
+    try:
+        storage = t.untyped_storage()
+        return (t.device, storage._cdata), t.storage_offset(), tuple(t.stride()), storage.nbytes(), tuple(t.shape)
+    except Exception:  # noqa: BLE001 - a tensor without a plain storage: its layout is unknown
+        return None
+
+
+def formats_of(t: torch.Tensor) -> tuple[tuple[torch.memory_format, bool], ...]:
+    """(memory format, whether `t` is contiguous in it) for the formats a program may ask about."""
+    return tuple((mf, bool(t.is_contiguous(memory_format=mf))) for mf in _FORMATS)
 
 
 def _layout(self: TensorProxy) -> torch.layout:
@@ -29,16 +45,16 @@ def is_contiguous(self: TensorProxy, memory_format: Any = torch.contiguous_forma
         raise TypeError(f"is_contiguous(): argument 'memory_format' must be torch.memory_format, not "
                         f"{type(memory_format).__name__}")  # fmt: skip
     state = context.require()
-    known = dict(state.input_formats.get(self.name, ()))
-    for proxy, t, _ in state.lifted:
+    known = dict(state.facts.formats.get(self.name, ()))
+    for proxy, t, _ in state.facts.lifted:
         if proxy is self:
             known = dict(formats_of(t))
     if not known:
         raise unsupported("Tensor.is_contiguous of a computed tensor", "strides of computed tensors are not tracked; "
                           "ask about an input, or call .contiguous() unconditionally")  # fmt: skip
     value = known.get(memory_format, False)  # (preserve_format: eager says False too)
-    if (self.name, memory_format, value) not in state.layout_facts:
-        state.layout_facts.append((self.name, memory_format, value))
+    if (self.name, memory_format, value) not in state.facts.layout_facts:
+        state.facts.layout_facts.append((self.name, memory_format, value))
     return value
 
 

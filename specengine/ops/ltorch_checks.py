@@ -7,9 +7,9 @@ import builtins
 
 import torch
 
+from specengine.ir.proxies import TensorProxy
 from specengine.ops import prims
 from specengine.ops.registry import torchop
-from specengine.trace.proxies import TensorProxy
 
 __all__ = [
     "assert_all",
@@ -43,7 +43,7 @@ def assert_async(cond: TensorProxy, msg: str = "Expected Tensor with single nonz
     return assert_all(cond != 0, "RuntimeError", msg)
 
 
-# The global RNG state inside a compiled function (specengine/trace/effects.py routes these calls here): seeding,
+# The global RNG state inside a compiled function (specengine/capture/effects.py routes these calls here): seeding,
 # saving and restoring run on every call, in program order, as in eager. manual_seed returns None (not the generator).
 
 
@@ -69,7 +69,7 @@ def set_rng_state(new_state: TensorProxy) -> None:
     return None
 
 
-# The CUDA generators (torch.cuda.manual_seed, ...; routed here by specengine/trace/effects.py): run in the
+# The CUDA generators (torch.cuda.manual_seed, ...; routed here by specengine/capture/effects.py): run in the
 # computation as the CPU ones are. A CUDA generator's state is its seed and offset (16 bytes, on the CPU).
 _CUDA_STATE_BYTES = 16
 

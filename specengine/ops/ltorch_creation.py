@@ -12,11 +12,11 @@ from typing import Any
 import torch
 
 from specengine.constraints import expr as E
+from specengine.ir import context
+from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported, value_expr
 from specengine.ops import prims
 from specengine.ops.registry import torchop
 from specengine.ops.utils import decide, example, fmt_shape, hint, shape_arg
-from specengine.trace import context
-from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, value_expr
 
 __all__ = [
     "arange", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "empty_like",
@@ -49,7 +49,7 @@ def _device(device: Any, like: TensorProxy | None = None) -> torch.device:
 
 
 def _default_float() -> torch.dtype:
-    context.require().uses_default_dtype = True
+    context.require().facts.read_default_dtype()
     return torch.get_default_dtype()
 
 

@@ -1,7 +1,7 @@
 """Ops whose output sizes or values depend on tensor data: `nonzero`, `argwhere`, `masked_select`, `x[mask]`,
 `torch.where(cond)`, `.item()` and `.tolist()`.
 
-Each output size is an unbacked symbol (`specengine.trace.unbacked`): `0 <= u0 <= numel`, read from the real result
+Each output size is an unbacked symbol (`specengine.ir.unbacked`): `0 <= u0 <= numel`, read from the real result
 by the computation (`u0 = prims.unbacked_size(t, 0, ...)`); `.item()` is an unbacked int or float. No guard is ever
 recorded on them; decisions later ops take on them are proved or asserted at run time.
 """
@@ -13,13 +13,14 @@ from typing import Any
 import torch
 
 from specengine.constraints import expr as E
+from specengine.ir import context, unbacked
+from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported
+from specengine.ir.symbol import BoundSymbol
 from specengine.ops import prims
+from specengine.ops.ltorch_literals import known_values
 from specengine.ops.registry import torchop
-from specengine.ops.utils import decide
+from specengine.ops.utils import broadcast_shapes, decide
 from specengine.provenance import user_frame
-from specengine.trace import context, unbacked
-from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
-from specengine.trace.symbol import BoundSymbol
 
 __all__ = ["nonzero", "argwhere", "masked_select", "masked_index", "masked_setitem", "item", "tolist"]
 
@@ -107,8 +108,6 @@ def item(t: TensorProxy) -> NumberProxy:
 
 
 def _known(t: TensorProxy) -> Any:
-    from specengine.ops.ltorch_literals import known_values
-
     return known_values(t)
 
 
@@ -160,8 +159,6 @@ def argwhere(a: TensorProxy) -> TensorProxy:
 @torchop(torch.masked_select, torch.Tensor.masked_select, name="masked_select", methods=("masked_select",))
 def masked_select(a: TensorProxy, mask: TensorProxy) -> TensorProxy:
     """The elements of `a` where `mask` (broadcast together) is true: (u,) with `0 <= u <= numel`."""
-    from specengine.ops.utils import broadcast_shapes
-
     if not isinstance(mask, TensorProxy) or mask.dtype != torch.bool:
         dtype = mask.dtype if isinstance(mask, TensorProxy) else type(mask).__name__
         raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {dtype}")

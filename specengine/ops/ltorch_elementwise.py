@@ -10,13 +10,14 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from specengine.ir.proxies import NumberProxy, TensorProxy, is_outside_tensor, unsupported
+from specengine.ir.symbol import Symbol
 from specengine.ops import prims
+from specengine.ops.ltorch_arith import elementwise
 from specengine.ops.ltorch_inplace import _check_broadcast_into, _write, copy_to
 from specengine.ops.overlap import check_write
 from specengine.ops.registry import torchop
 from specengine.ops.utils import broadcast_shapes, convert, expand_to, meta_call, meta_value
-from specengine.trace.proxies import NumberProxy, TensorProxy, is_outside_tensor, unsupported
-from specengine.trace.symbol import Symbol
 
 _UNARY = ["expm1", "log1p", "log2", "sqrt", "rsqrt", "sin", "cos", "erf", "reciprocal", "floor", "ceil", "trunc",
           "sign", "isnan", "isinf", "logical_not", "bitwise_not"]  # fmt: skip
@@ -42,12 +43,6 @@ _CPP_NAMES = {
     torch.uint8: "unsigned char",
 }  # fmt: skip
 _REDUCED = (torch.float16, torch.bfloat16)
-
-
-def _lt() -> Any:
-    from specengine.ops import ltorch
-
-    return ltorch
 
 
 def _kernel_error(kernel: str, dtype: torch.dtype) -> NotImplementedError:
@@ -143,7 +138,7 @@ def _unary(name: str) -> Symbol:
         if name in _BOOL_OUT:  # computed in the input's dtype
             meta_call(torch_fn, a)
             return prims.PRIMS[name](a)
-        return _lt().elementwise(name, torch_fn, a)
+        return elementwise(name, torch_fn, a)
 
     decomposition.__name__ = name
     # kept: one prim per op, which fusing executors take (the generic op is opaque to them)
@@ -235,7 +230,7 @@ def _binary(name: str, *, tensors_only: bool = False, bool_kernel: str | None = 
             raise _kernel_error(f"{bool_kernel}_{_device_of(a, b)}", dtype)
         if name.startswith("bitwise") and _is_float(dtype):
             raise _kernel_error(f"{name}_{_device_of(a, b)}", dtype)
-        return _lt().elementwise(name, torch_fn, a, b)
+        return elementwise(name, torch_fn, a, b)
 
     decomposition.__name__ = name
     dunder = {"floor_divide": "floordiv", "remainder": "mod"}.get(name, name.removeprefix("bitwise_"))
@@ -275,7 +270,7 @@ def _logical(name: str) -> Symbol:
 
     def decomposition(a: TensorProxy, b: TensorProxy) -> TensorProxy:
         _require_tensor(name, b)
-        return _lt().elementwise(name, torch_fn, a, b, compare=True)  # the truth of values in the common dtype
+        return elementwise(name, torch_fn, a, b, compare=True)  # the truth of values in the common dtype
 
     decomposition.__name__ = name
     # kept: one prim per op, which fusing executors take (the generic op is opaque to them)

@@ -12,9 +12,11 @@ from typing import Any
 
 import torch
 
+from specengine.ir.proxies import TensorProxy
 from specengine.ops import prims
+from specengine.ops.generic import generic_call
+from specengine.ops.ltorch_data_dependent import masked_index
 from specengine.ops.utils import broadcast_shapes
-from specengine.trace.proxies import TensorProxy
 
 _INTEGER = (torch.int64, torch.int32, torch.int16, torch.int8)  # (uint8 and bool index as masks)
 
@@ -83,12 +85,8 @@ def advanced_getitem(a: TensorProxy, key: Any) -> Any:
     """`a[key]` with integer tensors in the key: this rule, or torch's meta kernel for other keys."""
     mask = mask_key(key)
     if mask is not None:  # x[mask]: its rows are an unbacked size
-        from specengine.ops.ltorch_data_dependent import masked_index
-
         return masked_index(a, *mask)
     simple = simple_key(a, key)  # (a mask mixed with other indices takes the generic path: torch's fake rules)
     if simple is not None:
         return index_tensors(a, simple)
-    from specengine.ops.generic import generic_call
-
     return generic_call(torch.Tensor.__getitem__, (a, key), {})

@@ -10,16 +10,17 @@ from typing import Any
 import torch
 
 from specengine.constraints import expr as E
-from specengine.ops import prims
+from specengine.ir import context
+from specengine.ir.proxies import TensorProxy, is_outside_tensor, unsupported
+from specengine.ir.symbol import Symbol
+from specengine.ops import ltorch_arith, prims
 from specengine.ops.generic import generic_call
+from specengine.ops.ltorch_data_dependent import masked_setitem
 from specengine.ops.ltorch_index import mask_key
-from specengine.ops.ltorch_views import advanced_index
+from specengine.ops.ltorch_views import advanced_index, getitem
 from specengine.ops.overlap import check_write
 from specengine.ops.registry import torchop
 from specengine.ops.utils import decide, expand_to, hint, meta_call
-from specengine.trace import context
-from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported
-from specengine.trace.symbol import Symbol
 
 __all__ = ["add_", "sub_", "mul_", "div_", "copy_", "fill_", "zero_", "setitem"]
 
@@ -86,16 +87,10 @@ def _bool_operand(a: TensorProxy, b: Any) -> bool:
     return a.dtype is torch.bool or (isinstance(b, TensorProxy) and b.dtype is torch.bool) or type(b) is bool
 
 
-def _ltorch() -> Any:
-    from specengine.ops import ltorch
-
-    return ltorch
-
-
-add_ = _binary_inplace("add_", lambda a, b, **kw: _ltorch().add(a, b, **kw))
-sub_ = _binary_inplace("sub_", lambda a, b, **kw: _ltorch().sub(a, b, **kw))
-mul_ = _binary_inplace("mul_", lambda a, b: _ltorch().mul(a, b))
-div_ = _binary_inplace("div_", lambda a, b, **kw: _ltorch().div(a, b, **kw))
+add_ = _binary_inplace("add_", lambda a, b, **kw: ltorch_arith.add(a, b, **kw))
+sub_ = _binary_inplace("sub_", lambda a, b, **kw: ltorch_arith.sub(a, b, **kw))
+mul_ = _binary_inplace("mul_", lambda a, b: ltorch_arith.mul(a, b))
+div_ = _binary_inplace("div_", lambda a, b, **kw: ltorch_arith.div(a, b, **kw))
 
 
 # kept: a broadcast and convert into the written tensor: prims that fusing executors take
@@ -145,13 +140,11 @@ def setitem(a: TensorProxy, key: Any, value: Any) -> None:
         raise unsupported("setitem with a tensor closed over from outside", "pass the tensor as an argument")
     mask = mask_key(key)
     if mask is not None:  # a[mask] = value: no count of the rows is needed
-        from specengine.ops.ltorch_data_dependent import masked_setitem
-
         return masked_setitem(a, *mask, value)
     if advanced_index(key):  # index_put: torch's meta kernel, run in place
         generic_call(torch.Tensor.__setitem__, (a, key, value), {})
         return
-    view = _ltorch().getitem(a, key)
+    view = getitem(a, key)
     value = _drop_leading_ones(value, view.ndim)
     _check_broadcast_into(view, value, "setitem")
     check_write(view, (value,), "setitem", expand=True, same_data=True)  # (eager expands the value, then copy_)

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 
 from specengine.constraints import expr as E
+from specengine.ir import context
+from specengine.ir.proxies import TensorProxy, is_outside_tensor, unsupported, value_expr
 from specengine.ops import prims
 from specengine.ops.ltorch_creation import iota
 from specengine.ops.ltorch_views import _infer_shape, _size_exprs, expand
@@ -35,8 +37,6 @@ from specengine.ops.utils import (
     meta_call,
     shape_arg,
 )
-from specengine.trace import context
-from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported, value_expr
 
 __all__ = [
     "contiguous", "t", "expand_as", "repeat", "unflatten", "split", "chunk", "unbind", "cat", "stack", "narrow",

@@ -14,11 +14,12 @@ import torch
 import torch.nn.functional as F
 
 from specengine.constraints import expr as E
+from specengine.ir.proxies import TensorProxy, unsupported
 from specengine.ops import prims
+from specengine.ops.ltorch_arith import matmul
 from specengine.ops.ltorch_inplace import _type_name
 from specengine.ops.registry import torchop
 from specengine.ops.utils import convert, decide, example, expand_to, hint, meta_call
-from specengine.trace.proxies import TensorProxy, unsupported
 
 __all__ = ["mm", "bmm", "linear", "einsum"]
 
@@ -30,12 +31,6 @@ _CPP_NAMES = {
 
 def _cpp(dtype: torch.dtype) -> str:
     return _CPP_NAMES.get(dtype, str(dtype).removeprefix("torch."))
-
-
-def _ltorch() -> Any:
-    from specengine.ops import ltorch
-
-    return ltorch
 
 
 def _no_bool(kernel: str, x: TensorProxy, sizes: tuple) -> None:
@@ -127,7 +122,7 @@ def linear(input: TensorProxy, weight: TensorProxy, bias: TensorProxy | None = N
                                f"{example(weight.dims[1])}x{example(weight.dims[0])})")  # fmt: skip
         out = prims.matmul(input, prims.permute(weight, (1, 0)))
     else:
-        out = _ltorch().matmul(input, prims.permute(weight, (1, 0)) if weight.ndim == 2 else weight)
+        out = matmul(input, prims.permute(weight, (1, 0)) if weight.ndim == 2 else weight)
     return out if bias is None else prims.add(out, _broadcast_into(bias, out.dims))
 
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 
+from specengine.ir import context
+from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported
 from specengine.ops import prims
 from specengine.ops.ltorch_creation import _default_float, _device, _finish
 from specengine.ops.registry import has_proxy, torchop
-from specengine.trace import context
-from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
 
 __all__ = ["tensor"]
 

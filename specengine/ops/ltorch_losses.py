@@ -9,19 +9,19 @@ import torch.nn.functional as F
 from torch.nn import _reduction as reduction_enum
 
 from specengine.constraints import expr as E
-from specengine.ops import prims
+from specengine.ir.proxies import TensorProxy
+from specengine.ops import ltorch_arith, prims
 from specengine.ops.ltorch_nn import (
     _check_floating,
     _expand_reduced,
-    _ltorch,
     _no_outside_tensors,
     _numel,
     _same_dims,
     _type_name,
 )
+from specengine.ops.ltorch_reductions import log_softmax
 from specengine.ops.registry import torchop
 from specengine.ops.utils import broadcast_shapes, convert, decide, example, expand_to, fmt_shape, meta_value
-from specengine.trace.proxies import TensorProxy
 
 __all__ = ["cross_entropy", "mse_loss"]
 
@@ -31,7 +31,7 @@ def _check_log_softmax(x: TensorProxy, dim: int) -> None:
 
 
 def _log_softmax(x: TensorProxy, dim: int) -> TensorProxy:
-    return _ltorch().log_softmax(x, dim)  # ltorch_reductions: rounds where eager's float16/bfloat16 kernels do
+    return log_softmax(x, dim)  # ltorch_reductions: rounds where eager's float16/bfloat16 kernels do
 
 
 def _check_class_targets(input: TensorProxy, target: TensorProxy, weight: Any) -> None:
@@ -115,7 +115,7 @@ def _ce_probs(input: TensorProxy, target: TensorProxy, weight: Any, ignore_index
     if ignore_index >= 0:
         raise RuntimeError("ignore_index is not supported for floating point target")
     cdim = 0 if input.ndim == 1 else 1
-    c, lt = input.dims[cdim], _ltorch()
+    c, lt = input.dims[cdim], ltorch_arith
     if weight is not None and not (weight.ndim == 1 and decide(E.eq(weight.dims[0], c), "cross_entropy", "C")):
         raise RuntimeError(f"cross_entropy: weight tensor should be defined either for all {example(c)} classes or no "
                            f"classes but got weight tensor of shape: {fmt_shape(weight.dims)}")  # fmt: skip
@@ -175,7 +175,7 @@ def _weighted_mse(input: TensorProxy, target: TensorProxy, weight: TensorProxy, 
     """F.mse_loss's weighted branch, op for op."""
     if not _same_dims(weight.dims, input.dims, "mse_loss", "weight has the input's shape"):
         raise ValueError("Weights and input must have the same size.")
-    lt = _ltorch()
+    lt = ltorch_arith
     if reduction not in ("none", "sum", "mean"):
         raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.")
     errors = lt.mul(lt.pow(lt.sub(input, target), 2), weight)

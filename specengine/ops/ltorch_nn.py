@@ -13,11 +13,13 @@ import torch
 import torch.nn.functional as F
 
 from specengine.constraints import expr as E
-from specengine.ops import prims
+from specengine.ir.proxies import TensorProxy, is_outside_tensor, unsupported, value_expr
+from specengine.ops import ltorch_arith, prims
 from specengine.ops.generic import generic_call
+from specengine.ops.ltorch_inplace import copy_to
+from specengine.ops.ltorch_views import transpose
 from specengine.ops.registry import torchop
 from specengine.ops.utils import broadcast_shapes, convert, decide, example, expand_to, fmt_shape, hint
-from specengine.trace.proxies import TensorProxy, is_outside_tensor, unsupported, value_expr
 
 __all__ = [
     "embedding", "torch_embedding", "layer_norm", "rms_norm", "group_norm", "torch_group_norm", "dropout",
@@ -25,12 +27,6 @@ __all__ = [
 ]  # fmt: skip
 
 NEG_INF = float("-inf")
-
-
-def _ltorch() -> Any:
-    from specengine.ops import ltorch
-
-    return ltorch
 
 
 # Prims. Also used: prims.amax_ninf (ltorch_reductions: amax, -inf over an empty dim) and prims.gather
@@ -243,7 +239,7 @@ def rms_norm(input: TensorProxy, normalized_shape: Any, weight: Any = None, eps:
     x, dims = convert(input, up), tuple(range(input.ndim - len(ns), input.ndim))
     ms = prims.div(prims.sum(prims.mul(x, x), dims), _numel(tuple(input.dims[i] for i in dims)))
     y = convert(prims.mul(x, _expand_reduced(prims.pow(prims.add(ms, eps), -0.5), x.dims, dims)), input.dtype)
-    return y if weight is None else convert(_ltorch().mul(y, weight), input.dtype)
+    return y if weight is None else convert(ltorch_arith.mul(y, weight), input.dtype)
 
 
 def _verify_batch_size(x: TensorProxy, g: E.Expr) -> None:
@@ -320,8 +316,6 @@ def dropout(input: TensorProxy, p: float = 0.5, training: bool = True, inplace: 
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     out = _dropout(input, p, bool(training))
     if inplace and out is not input:  # written back into the input (the torch executor runs F.dropout as it is)
-        from specengine.ops.ltorch_inplace import copy_to
-
         return copy_to(input, out)
     return out
 
@@ -440,7 +434,7 @@ def scaled_dot_product_attention(query: TensorProxy, key: TensorProxy, value: Te
         options = dict(
             attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
         )
-        # torch's own function, not the attribute: while tracing F's is trace/compiling.py's wrapper
+        # torch's own function, not the attribute: while tracing F's is capture/compiling.py's wrapper
         return generic_call(torch._C._nn.scaled_dot_product_attention, (query, key, value), options)
     _no_outside_tensors(query, key, value, attn_mask)
     _check_sdpa(query, key, value, attn_mask)
@@ -452,12 +446,12 @@ def scaled_dot_product_attention(query: TensorProxy, key: TensorProxy, value: Te
         return prims.full(query.dims[:-1] + value.dims[-1:], 0, query.dtype, query.device)
     if enable_gqa:
         key, value = _repeat_heads(query, key), _repeat_heads(query, value)
-    lt, dtype = _ltorch(), _opmath(query.dtype)
+    dtype = _opmath(query.dtype)
     q, k = _scaled(convert(query, dtype), convert(key, dtype), scale)
-    scores = lt.matmul(q, lt.transpose(k, -2, -1))
+    scores = ltorch_arith.matmul(q, transpose(k, -2, -1))
     mask = nn_causal_mask(query.dims[-2], key.dims[-2], query.device) if is_causal else attn_mask
     if mask is not None and mask.dtype is torch.bool:
         scores = prims.where(expand_to(mask, scores.dims), scores, NEG_INF)
     elif mask is not None:
         scores = prims.add(scores, expand_to(convert(mask, dtype), scores.dims))
-    return convert(lt.matmul(_safe_softmax(scores), convert(value, dtype)), query.dtype)
+    return convert(ltorch_arith.matmul(_safe_softmax(scores), convert(value, dtype)), query.dtype)

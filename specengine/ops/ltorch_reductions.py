@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 
 from specengine.constraints import expr as E
+from specengine.ir.proxies import NumberProxy, TensorProxy, is_outside_tensor, unsupported, value_expr
 from specengine.ops import prims
 from specengine.ops.registry import torchop
 from specengine.ops.utils import broadcast_shapes, canonical_dim, canonical_dims, convert, decide, expand_to, meta_call
-from specengine.trace.proxies import NumberProxy, TensorProxy, is_outside_tensor, unsupported, value_expr
 
 __all__ = [
     "prod", "var", "std", "var_mean", "std_mean", "amin", "max", "min", "argmax", "argmin", "all", "any",

@@ -10,12 +10,12 @@ from typing import Any
 import torch
 
 from specengine.constraints import expr as E
+from specengine.ir import context
+from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported, value_expr
 from specengine.ops import prims
 from specengine.ops.ltorch_index import advanced_getitem
 from specengine.ops.registry import torchop
 from specengine.ops.utils import canonical_dim, decide, example, fmt_shape, shape_arg
-from specengine.trace import context
-from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported, value_expr
 
 __all__ = ["view", "reshape", "permute", "transpose", "unsqueeze", "squeeze", "expand", "flatten", "getitem"]
 
@@ -87,10 +87,10 @@ def _check_viewable(a: TensorProxy) -> None:
     state = context.require()
     if not state.may_raise():
         return
-    if not state.input_contiguity.get(a.name, False):
+    if not state.facts.contiguity.get(a.name, False):
         raise unsupported("Tensor.view inside try", "whether the view is possible depends on strides, which "
                           "specengine does not trace; use reshape, or call .contiguous() before the view")  # fmt: skip
-    state.contiguous_inputs.add(a.name)
+    state.facts.contiguous.add(a.name)
 
 
 # kept: reshape's divisibility guard instead of torch's per-size decisions

@@ -23,10 +23,11 @@ from typing import Any, Callable
 
 import torch
 
+from specengine.ir import context
+from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy, is_outside_tensor, unsupported
+from specengine.ir.symbol import Symbol, tree_leaves, tree_map
+from specengine.ir.trace import format_value
 from specengine.provenance import _is_internal
-from specengine.trace import context
-from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy, is_outside_tensor, unsupported
-from specengine.trace.symbol import Symbol, tree_leaves, tree_map
 
 _FACTORIES: dict[tuple[Callable, bool], Symbol] = {}
 _TORCH_DIR = torch.__file__.rsplit("/", 1)[0] + "/"
@@ -62,7 +63,7 @@ def lift(tree: Any) -> Any:
 
 def lifted_proxy(state: Any, t: torch.Tensor) -> TensorProxy:
     """The proxy standing for the real tensor `t` in this trace (one per tensor object)."""
-    for proxy, tensor, _ in state.lifted:
+    for proxy, tensor, _ in state.facts.lifted:
         if tensor is t:
             return proxy
     if t.layout is not torch.strided or t.is_quantized or type(t) not in (torch.Tensor, torch.nn.Parameter):
@@ -77,7 +78,7 @@ def lifted_proxy(state: Any, t: torch.Tensor) -> TensorProxy:
         raise unsupported("a tensor closed over from outside that is not reached from the function's globals or "
                           "closure variables", "pass the tensor as an argument")  # fmt: skip
     proxy = TensorProxy(state.names.fresh("closed"), tuple(t.shape), t.dtype, t.device, t.requires_grad)
-    state.lifted.append((proxy, t, path))
+    state.facts.lifted.append((proxy, t, path))
     return proxy
 
 
@@ -147,7 +148,8 @@ def constant_factory(func: Callable, args: tuple, kwargs: dict, random: bool = F
         sym = _FACTORIES[(func, drew)] = _factory_symbol(func, drew)
     state = context.require()
     if out.dtype.is_floating_point or out.dtype.is_complex:
-        state.uses_default_dtype = state.uses_default_dtype or "dtype" not in kwargs
+        if "dtype" not in kwargs:
+            state.facts.read_default_dtype()
     token = _example.set(out)
     try:
         return state.record(sym, args, kwargs)
@@ -184,8 +186,6 @@ def _factory_symbol(func: Callable, random: bool) -> Symbol:
 
 
 def _printable(func: Callable, args: tuple, kwargs: dict) -> None:
-    from specengine.trace.trace import format_value
-
     try:
         format_value((args, kwargs))
     except TypeError as e:

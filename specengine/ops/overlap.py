@@ -29,9 +29,9 @@ from typing import Any
 import torch
 
 from specengine.constraints import expr as E
-from specengine.prologue.inputs import example_layout
-from specengine.trace import context, leaves
-from specengine.trace.proxies import NumberProxy, TensorProxy, unsupported
+from specengine.ir import context, leaves
+from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported
+from specengine.ops.layouts import example_layout
 
 PARTIAL = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
            "memory location. Please clone() the tensor before performing the operation.")  # fmt: skip
@@ -169,8 +169,8 @@ class Examples:
         return -1
 
     def _input_layout(self, proxy: TensorProxy) -> tuple | None:
-        layout = self.state.input_layouts.get(proxy.name)
-        for p, t, _ in self.state.lifted:
+        layout = self.state.facts.layouts.get(proxy.name)
+        for p, t, _ in self.state.facts.lifted:
             if p is proxy:
                 layout = example_layout(t)
         return layout
@@ -186,7 +186,7 @@ class Examples:
             storage = self.storages[key] = torch.UntypedStorage(nbytes, device="meta")
         with torch._C.DisableTorchFunction():
             meta = torch.empty(0, dtype=proxy.dtype, device="meta").set_(storage, offset, sizes, strides)
-        named = (proxy.name,) if proxy.name in self.state.input_layouts else ()  # (not a lifted tensor: guarded)
+        named = (proxy.name,) if proxy.name in self.state.facts.layouts else ()  # (not a lifted tensor: guarded)
         return meta, tuple(d for d in proxy.dims if not d.is_const) + named
 
     def _replay(self, bsym: Any, pos: int, proxy: TensorProxy) -> tuple[torch.Tensor, tuple]:
@@ -308,9 +308,9 @@ def _status(a: torch.Tensor, b: torch.Tensor) -> str:
 
 
 def _examples(state: Any) -> Examples:
-    if state.examples is None:
-        state.examples = Examples(state)
-    return state.examples
+    if state.facts.examples is None:
+        state.facts.examples = Examples(state)
+    return state.facts.examples
 
 
 def check_write(dst: TensorProxy, srcs: tuple = (), op: str = "", internal: bool = True, expand: bool = False,
@@ -360,9 +360,9 @@ def check_write(dst: TensorProxy, srcs: tuple = (), op: str = "", internal: bool
 def _contiguous_input(state: Any, ex: Examples, proxy: TensorProxy, observed: bool) -> bool:
     """An input contiguous in the example (and, where a handler observes the check, in every call the entry serves:
     the prologue checks it) has no internal overlap, whatever its sizes."""
-    if not (observed and ex.binding_now(proxy) < 0 and state.input_contiguity.get(proxy.name, False)):
+    if not (observed and ex.binding_now(proxy) < 0 and state.facts.contiguity.get(proxy.name, False)):
         return False
-    state.contiguous_inputs.add(proxy.name)
+    state.facts.contiguous.add(proxy.name)
     return True
 
 
@@ -385,7 +385,7 @@ def _same_data(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _unit_dims(state: Any, deps: tuple) -> bool:
     """Whether an input the layouts start from has a dim of size 1 (its stride is free: it tells a full overlap from
     a partial one, and the prologue does not check it)."""
-    return any(isinstance(x, str) and 1 in state.input_layouts[x][4] for x in deps)
+    return any(isinstance(x, str) and 1 in state.facts.layouts[x][4] for x in deps)
 
 
 def _refusal(op: str, why: str) -> Exception:
@@ -397,12 +397,12 @@ def _pin(state: Any, deps: tuple, op: str) -> None:
     """A handler observes the check: pin the sizes the layouts depend on; the prologue checks that the inputs they
     start from are contiguous (their strides are then given by their sizes)."""
     names = [x for x in dict.fromkeys(deps) if isinstance(x, str)]
-    storages = [state.input_layouts[n][0] for n in names]
+    storages = [state.facts.layouts[n][0] for n in names]
     if len(set(storages)) < len(storages):
         raise _refusal(op, "whether distinct inputs share memory, which the prologue does not check; clone() them")
     for name in names:
-        if not state.input_contiguity.get(name, False):
+        if not state.facts.contiguity.get(name, False):
             raise _refusal(op, f"the strides of the non-contiguous input {name}; call .contiguous() on it first")
-        state.contiguous_inputs.add(name)
+        state.facts.contiguous.add(name)
     for e in dict.fromkeys(x for x in deps if not isinstance(x, str)):
         state.pin(e, op, "an exception handler in the function observes whether the write overlaps its inputs")

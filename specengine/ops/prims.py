@@ -14,9 +14,9 @@ from typing import Any, Callable
 import torch
 
 from specengine.constraints import expr as E
-from specengine.trace import context, proxies, unbacked
-from specengine.trace.proxies import NumberProxy, TensorProxy, value_expr
-from specengine.trace.symbol import Symbol
+from specengine.ir import context, numbers, proxies, unbacked
+from specengine.ir.proxies import NumberProxy, TensorProxy, value_expr
+from specengine.ir.symbol import Symbol
 
 PRIMS: dict[str, Symbol] = {}
 proxies.HOOKS.prims = sys.modules[__name__]  # shape queries and number arithmetic on proxies record prims
@@ -89,9 +89,7 @@ def _checked_div(build: Callable) -> Callable:
     def run(a: E.Expr, b: E.Expr) -> E.Expr:
         state = context.require()
         if isinstance(b, E.Expr) and state.decider.unbacked.mentions(b):
-            from specengine.trace.numbers import check_divisor  # a data-dependent divisor: checked at run time
-
-            check_divisor(b, "integer division or modulo by zero", "floordiv")
+            numbers.check_divisor(b, "integer division or modulo by zero", "floordiv")  # checked at run time
             return build(a, b)
         if not state.decide(E.ne(b, 0), "floordiv", "division by zero check"):
             raise ZeroDivisionError("integer division or modulo by zero")

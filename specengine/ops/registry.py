@@ -8,11 +8,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from specengine.errors import UnsupportedOpError
+from specengine.ir import context, proxies
+from specengine.ir.proxies import Proxy, TensorProxy, is_outside_tensor, unsupported
+from specengine.ir.symbol import Symbol, tree_leaves
 from specengine.ops import outside
 from specengine.ops.generic import generic_call, generic_method
-from specengine.trace import context, proxies
-from specengine.trace.proxies import Proxy, TensorProxy, is_outside_tensor, unsupported
-from specengine.trace.symbol import Symbol, tree_leaves
 
 TORCH_TABLE: dict[Callable, Symbol] = {}
 ALWAYS_TRACED: set[Callable] = set()  # e.g. creation ops: traced even when no argument is a proxy
@@ -30,7 +30,7 @@ def torch_print_name(fn: Callable) -> tuple[str, str]:
     for module, ns in _NAMESPACES:
         if name is not None and getattr(ns, name, None) is fn:
             return module, name
-    if getattr(fn, "__module__", None) == "specengine.executors.torchex":
+    if getattr(fn, "__module__", None) == "specengine.ops.runtime":
         return "tex", name
     raise ValueError(f"{fn!r} has no printable name")
 

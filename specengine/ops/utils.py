@@ -8,8 +8,9 @@ import torch
 
 from specengine.constraints import expr as E
 from specengine.constraints.folding import if_depth
-from specengine.trace import context
-from specengine.trace.proxies import NumberProxy, TensorProxy, value_expr
+from specengine.ir import context
+from specengine.ir.proxies import NumberProxy, TensorProxy, value_expr
+from specengine.ops import prims
 
 
 def decide(b: E.Expr, op: str, reason: str) -> bool:
@@ -148,8 +149,6 @@ def broadcast_shapes(*shapes: tuple) -> tuple:
 
 def expand_to(a: Any, dims: tuple) -> Any:
     """`a` broadcast to `dims` with prims.broadcast_in_dim (numbers pass through)."""
-    from specengine.ops import prims
-
     if not isinstance(a, TensorProxy) or a.dims == dims:
         return a
     offset = len(dims) - a.ndim
@@ -157,8 +156,6 @@ def expand_to(a: Any, dims: tuple) -> Any:
 
 
 def convert(a: Any, dtype: torch.dtype) -> Any:
-    from specengine.ops import prims
-
     if isinstance(a, TensorProxy) and a.dtype != dtype:
         return prims.convert_element_type(a, dtype)
     return a
@@ -202,5 +199,5 @@ def meta_call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     first = out[0] if isinstance(out, tuple) else out
     in_dtypes = {a.dtype for a in args if isinstance(a, TensorProxy)}
     if first.dtype.is_floating_point and first.dtype not in in_dtypes:
-        context.require().uses_default_dtype = True
+        context.require().facts.read_default_dtype()
     return out

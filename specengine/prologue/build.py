@@ -13,6 +13,7 @@ from specengine.codegen import signature_source
 from specengine.constraints import expr as E
 from specengine.constraints.floats import FloatExpr
 from specengine.constraints.solver import Solution
+from specengine.ops.outside import reach
 from specengine.prologue.codegen import Check, Guard, Prologue
 from specengine.prologue.external import _ABSENT, ObjGuard, fail_source, has_value_semantics
 from specengine.prologue.inputs import (
@@ -222,7 +223,8 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
         grad_enabled: the grad mode the entry was traced under.
         default_dtype: the default dtype, if the trace depends on it.
         contiguous: input tensors (locals) whose contiguity an executor specialized on.
-        reads: global torch settings the trace read, `((getter name, args), value)` (see trace.torch_settings).
+        reads: global torch settings the trace read, `(name, args, value, getter, text)` (capture/torch_settings.py's
+            `resolved`: `getter(*args)` reads it now, `text` names it for people).
     """
     st = _Steps(specs)
     for p in specs.params:
@@ -286,7 +288,7 @@ def _captured_checks(st: _Steps, captured: list) -> None:
         if kind == "global":
             glb = "_user_globals" if st.glb.setdefault("_user_globals", holder) is holder else st.name(holder, "glb")
             where, text = f"{glb}.get({name!r}, _absent)", f"global {name}"
-        elif kind == "attr":  # an attribute of an imported module (trace/module_reads.py): its __dict__'s entry
+        elif kind == "attr":  # an attribute of an imported module (capture/module_reads.py): its __dict__'s entry
             where, text = f"{st.name(holder, 'mod')}.get({name[0]!r}, _absent)", name[1]
         else:
             cells = "_user_cells" if st.glb.setdefault("_user_cells", holder) is holder else st.name(holder, "cells")
@@ -310,8 +312,6 @@ def _external_checks(st: _Steps, guards: list[ObjGuard]) -> None:
 def _lifted_checks(st: _Steps, lifted: list) -> None:
     """Tensors closed over from outside (ops/outside.py) are passed as they are, so the computation reads their
     current values; the place the program found each one must still hold it, with the same shape and dtype."""
-    from specengine.ops.outside import reach
-
     for proxy, t, (root, steps) in lifted:
         x, shape = proxy.name, tuple(t.shape)
         st.steps.append(f"{x} = {st.name(t, x)}")
@@ -396,11 +396,8 @@ def _global_state_checks(st: _Steps, grad_enabled: bool, default_dtype: torch.dt
 def _settings_checks(st: _Steps, reads: tuple) -> None:
     """Global torch settings that the trace read keep the values it read (`torch.get_float32_matmul_precision()`,
     `torch.backends.cudnn.deterministic`)."""
-    from specengine.trace.torch_settings import describe_read, real_getter
-
-    for (name, args), value in reads:
-        getter = st.name(real_getter(name), name.rpartition(".")[2])
+    for name, args, value, real_getter, text in reads:
+        getter = st.name(real_getter, name.rpartition(".")[2])
         call = f"{getter}({', '.join(map(repr, args))})"
-        text = describe_read(name, args)
         op = "is not" if isinstance(value, (bool, torch.dtype)) or value is None else "!="
         st.check(f"{call} {op} {st.name(value, 'setting')}", f"{text} == {value!r}", (text, call))

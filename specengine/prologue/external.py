@@ -9,11 +9,12 @@ semantics: numbers, strings, devices, slices, tuples of such...) or by identity 
 
 from __future__ import annotations
 
+import dis
 import functools
 import math
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -81,7 +82,7 @@ def fail_source(x: str, v: Any, name: Callable[[Any, str], str]) -> str:
     return f"{x} is not {name(v, 'obj')}"
 
 
-def _user_class(cls: type) -> bool:
+def user_class(cls: type) -> bool:
     mod = getattr(cls, "__module__", "") or ""
     return cls is not object and not mod.startswith(("torch.", "builtins", "specengine.", "typing", "abc"))
 
@@ -92,7 +93,7 @@ def class_guards(cls: type, owner: str, names: dict) -> list[ObjGuard]:
     key = f"_cls_{len(names)}"
     names[key] = cls
     for c in cls.__mro__:
-        if not _user_class(c):
+        if not user_class(c):
             continue
         for attr, value in vars(c).items():
             if attr in seen or attr.startswith("__") or not has_value_semantics(value):
@@ -169,60 +170,43 @@ def unwrap(fn: Any) -> tuple[Any, list[ObjGuard]]:
     return fn, guards
 
 
-def _user_function(v: Any) -> bool:
-    mod = getattr(v, "__module__", "") or ""
-    return isinstance(v, types.FunctionType) and not mod.startswith(("torch", "specengine", "functools", "typing"))
+def code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from code_objects(const)
 
 
-def captured_transitively(target: Any, modules: list, ran: Any = None, limit: int = 64) -> list:
-    """The globals and closure variables read by `target`, by the user functions it reaches through them (helpers,
-    recursively) and by the methods of the user classes of `modules`' trees and of a bound method's `self`
-    (`forward` first): `effects.captured_values` entries, each (holder, name) once. At most `limit` functions are
-    scanned after `target` and its helpers. Then those read by the rest of the user code that ran while tracing
-    (`ran`, a `coverage.Coverage`: methods of objects passed in, callbacks, helpers past the limit)."""
-    from specengine.trace import module_reads
-    from specengine.trace.effects import captured_values
+def captured_values(target: Callable) -> list[tuple[str, Any, Any, Any]]:
+    """The globals and closure variables that `target`'s own code reads, with their values while it was traced.
 
-    classes = {c for m in modules for s in m.modules() for c in type(s).__mro__ if _user_class(c)}
-    owner = getattr(target, "__self__", None)
-    classes |= {c for c in type(owner).__mro__ if _user_class(c)} if owner is not None else set()
-    methods = [f for c in classes for f in vars(c).values() if isinstance(f, types.FunctionType)]
-    methods.sort(key=lambda f: f.__name__ != "forward")
-    out: list = []
-    seen: set = set()
-    done: dict[int, Any] = {}
-    for roots in ([target], methods):
-        todo, scanned = list(roots), 0
-        while todo and scanned < limit:
-            fn = todo.pop(0)
-            if id(fn) in done:
-                continue
-            done[id(fn)] = fn
-            scanned += 1
-            for kind, name, value, holder in captured_values(fn):
-                if _add(out, seen, kind, name, value, holder) and _user_function(value):
-                    todo.insert(0, value)  # a helper before the next method
-    if ran is not None:
-        covered = {f.__code__ for f in done.values() if hasattr(f, "__code__")}
-        for entry in ran.captured(covered, _proxy_free):
-            _add(out, seen, *entry)
-        for entry in module_reads.captured(ran.codes, ran.free_modules, _ABSENT):  # `mymod.SCALE`, as a global
-            _add(out, seen, *entry)
+    Their values are baked into the trace (a scale factor, a flag, a helper function), so the prologue guards each
+    by identity: `[("global", name, value, globals), ("cell", (index, name), value, closure), ...]`. Modules are
+    left out (rebinding one is not a thing programs do).
+    """
+    code = getattr(target, "__code__", None)
+    glb = getattr(target, "__globals__", None)
+    if code is None or not isinstance(glb, dict):
+        return []
+    names = sorted(
+        {ins.argval for c in code_objects(code) for ins in dis.get_instructions(c) if ins.opname == "LOAD_GLOBAL"}
+    )
+    out: list = [("global", n, glb[n], glb) for n in names if n in glb and guardable(glb[n])]
+    closure = getattr(target, "__closure__", None) or ()
+    for i, (name, cell) in enumerate(zip(code.co_freevars, closure)):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell: reading it raises NameError, as it will at run time
+            continue
+        if guardable(value):
+            out.append(("cell", (i, name), value, closure))
     return out
 
 
-def _add(out: list, seen: set, kind: str, name: Any, value: Any, holder: Any) -> bool:
-    key = (id(holder), name if kind == "global" else name[0])  # ("attr": a module's __dict__ and the attribute)
-    if key in seen:
-        return False
-    seen.add(key)
-    out.append((kind, name, value, holder))
-    return True
+def guardable(value: Any) -> bool:
+    return not isinstance(value, types.ModuleType)
 
 
-def _proxy_free(value: Any) -> bool:
-    """A closure variable of a function made before tracing (one made while tracing may hold traced values)."""
-    from specengine.trace.proxies import Proxy
-
-    values = value.values() if type(value) is dict else value if type(value) in (list, tuple) else (value,)
-    return not any(isinstance(v, Proxy) for v in values)
+def user_function(v: Any) -> bool:
+    mod = getattr(v, "__module__", "") or ""
+    return isinstance(v, types.FunctionType) and not mod.startswith(("torch", "specengine", "functools", "typing"))

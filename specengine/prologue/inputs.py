@@ -17,6 +17,7 @@ from torch.utils import _pytree as pytree
 from specengine.codegen import call_signature, callable_target, check_call, module_of
 from specengine.errors import UnsupportedOpError
 from specengine.marks import Mark, marks_of
+from specengine.ops.layouts import example_layout, formats_of
 from specengine.prologue.classes import ClassGuard, input_classes
 from specengine.prologue.external import unwrap
 from specengine.prologue.state import StateBuilder, bound, captured
@@ -120,12 +121,12 @@ class InputSpecs:
     promoted: frozenset = frozenset()  # (id(module), name) of int attributes the program assigns
     structure: list = field(default_factory=list)  # a StructureGuard per module root (prologue/structure.py)
     static_symbols: set[str] = field(default_factory=set)  # symbols of state (left out of the dispatch index)
-    writes: list = field(default_factory=list)  # state updates the trace makes (trace/writes.py)
+    writes: list = field(default_factory=list)  # state updates the trace makes (capture/writes.py)
     external: list = field(default_factory=list)  # ObjGuards: bound self, defaults, partials (prologue/external.py)
     lifted: list = field(default_factory=list)  # (proxy, tensor): tensors closed over from outside (ops/outside.py)
     layout_facts: list = field(default_factory=list)  # (tensor local, memory format, bool) (ops/layouts.py)
     mutables: dict = field(default_factory=dict)  # id -> (spec, value): lists, dicts, plain objects passed in
-    outside_ids: frozenset = frozenset()  # ids of the mutable objects reachable from outside (trace/mutations.py)
+    outside_ids: frozenset = frozenset()  # ids of the mutable objects reachable from outside (capture/mutations.py)
     layouts: dict = field(default_factory=dict)  # tensor local -> its example layout (ops/overlap.layout_of)
 
     def leaves(self, state: bool = True) -> list:
@@ -187,24 +188,6 @@ def _slots(cls: type) -> set:
 def _data_descriptor(cls: type, attr: str) -> bool:
     d = getattr(cls, attr, None)
     return d is not None and (hasattr(type(d), "__set__") or hasattr(type(d), "__delete__"))
-
-
-_FORMATS = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
-
-
-def example_layout(t: torch.Tensor) -> tuple | None:
-    """(storage key, storage offset, strides, storage bytes, sizes) of a tensor, or None: where its elements are,
-    for the overlap checks of in-place ops made on the example (ops/overlap.py). Plain data: no tensor is kept."""
-    try:
-        storage = t.untyped_storage()
-        return (t.device, storage._cdata), t.storage_offset(), tuple(t.stride()), storage.nbytes(), tuple(t.shape)
-    except Exception:  # noqa: BLE001 - a tensor without a plain storage: its layout is unknown
-        return None
-
-
-def formats_of(t: torch.Tensor) -> tuple[tuple[torch.memory_format, bool], ...]:
-    """(memory format, whether `t` is contiguous in it) for the formats a program may ask about."""
-    return tuple((mf, bool(t.is_contiguous(memory_format=mf))) for mf in _FORMATS)
 
 
 def _local_name(path: str) -> str:

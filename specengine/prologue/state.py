@@ -16,8 +16,11 @@ from typing import Any, Iterator
 
 import torch
 
+from specengine.codegen import module_of
+from specengine.ir.proxies import unsupported
 from specengine.prologue.classes import ClassGuard, user_classes
-from specengine.prologue.structure import INTERNAL, StructureGuard, config_objects, put, watch
+from specengine.prologue.external import captured_values, user_function
+from specengine.prologue.structure import INTERNAL, StructureGuard, config_objects, module_path, put, watch  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -55,20 +58,8 @@ def _all_modules(value: list | tuple | dict) -> bool:
 
 
 def _lazy(module: torch.nn.Module, name: str) -> Exception:
-    from specengine.trace.proxies import unsupported
-
     return unsupported(f"a lazy module's uninitialized {name} ({type(module).__name__})", "its shape is made by its "
                        "first call: call the module once eagerly before compiling it")  # fmt: skip
-
-
-def module_path(qualname: str, kind: str, root: str = "self") -> str:
-    """Python text reaching a submodule, parameter or buffer from `root` (`kind`: _modules, ...)."""
-    path = root
-    parts = qualname.split(".") if qualname else []
-    for i, part in enumerate(parts):
-        last_kind = kind if i == len(parts) - 1 else "_modules"
-        path += f".{part}" if part.isidentifier() else f".{last_kind}[{part!r}]"
-    return path
 
 
 class StateBuilder:
@@ -165,9 +156,6 @@ def captured(target: Any, roots: dict, limit: int = 64) -> Iterator[tuple[str, s
     """Globals and closure variables that hold tensors or modules (`roots` gets their holders): those of `target`,
     and of the user functions it reaches through them (helpers, recursively, up to `limit`), also through a
     compiled function (`specengine.compile(model)` called by the function: its module's state is this trace's)."""
-    from specengine.prologue.external import _user_function
-    from specengine.trace.effects import captured_values
-
     todo, done = [target], set()
     while todo and len(done) < limit:
         fn = todo.pop(0)
@@ -176,7 +164,7 @@ def captured(target: Any, roots: dict, limit: int = 64) -> Iterator[tuple[str, s
         done.add(id(fn))
         for kind, name, value, holder in captured_values(fn):
             value = _compiled_target(value)
-            if _user_function(value):
+            if user_function(value):
                 todo.append(value)
             if not isinstance(value, (torch.Tensor, torch.nn.Module)):
                 continue
@@ -198,11 +186,8 @@ def _holder_key(roots: dict, base: str, holder: Any) -> str:
 
 def _compiled_target(value: Any) -> Any:
     """What a compiled function (a `CompiledFunction`) runs while tracing: its module, or its plain function."""
-    from specengine.api import CompiledFunction
-    from specengine.codegen import module_of
-
-    if isinstance(value, CompiledFunction):
-        fn = value._fn
+    fn = getattr(value, "compiled_target", None) if getattr(type(value), "_specengine_compiled", False) else None
+    if fn is not None:
         module = module_of(fn)
         return module if module is not None else unwrap_plain(fn)
     return value

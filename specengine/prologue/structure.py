@@ -85,6 +85,16 @@ def _global_hook_dicts() -> list[dict]:
     return [d for d in (getattr(module_mod, n, None) for n in _GLOBAL_HOOKS) if isinstance(d, dict)]
 
 
+def module_path(qualname: str, kind: str, root: str = "self") -> str:
+    """Python text reaching a submodule, parameter or buffer from `root` (`kind`: _modules, ...)."""
+    path = root
+    parts = qualname.split(".") if qualname else []
+    for i, part in enumerate(parts):
+        last_kind = kind if i == len(parts) - 1 else "_modules"
+        path += f".{part}" if part.isidentifier() else f".{last_kind}[{part!r}]"
+    return path
+
+
 class WatchedDict(dict):
     """A watched module's `__dict__`, `_modules`, `_parameters` or `_buffers`: item writes bump EPOCH. Attribute
     writes through `object.__setattr__` bypass these methods; `Module.__setattr__` is patched for those."""
@@ -309,8 +319,6 @@ def fingerprint(root: torch.nn.Module, path: str, skip: frozenset = frozenset(),
     `skip` names attributes (`(id(module), name)`) read as inputs on every call instead (promoted ints). Objects
     are compared by id: a `graph` given keeps them (so that no other object can take the id) and collects what its
     stamp compares on every call."""
-    from specengine.prologue.state import module_path
-
     g = graph if graph is not None else Graph(None)
     out = g.out
     if g.keep is not None:

@@ -1,0 +1,1 @@
+"""Old import paths, kept for code written against them: the IR now lives in `specengine.ir`."""

@@ -16,12 +16,13 @@ import torch
 
 from specengine.constraints import unbacked
 from specengine.executors.nvfuser.claims import broadcast_requests, is_fusible, lowerable, tensor_inputs
-from specengine.executors.nvfuser.lowering import check_sizes, size_checks, size_env
+from specengine.executors.nvfuser.lowering import check_sizes, lower, size_checks, size_env
 from specengine.executors.nvfuser.plan import build_plan
 from specengine.executors.nvfuser.regions import Region, form_regions, region_symbol
 from specengine.executors.protocol import Claim
-from specengine.trace.symbol import BoundSymbol, Symbol
-from specengine.trace.trace import Trace
+from specengine.ir.symbol import BoundSymbol, Symbol
+from specengine.ir.trace import Trace
+from specengine.ops import prims
 
 __all__ = ["NvFuserExecutor", "nvfuser_available"]
 
@@ -87,8 +88,6 @@ class NvFuserExecutor:
 
     def _build(self, region: Region, contiguous: dict[str, bool]) -> Callable:
         if self.backend == "nvfuser":
-            from specengine.executors.nvfuser.lowering import lower
-
             return lower(region, contiguous)
         return reference_callable(region, contiguous)
 
@@ -111,8 +110,6 @@ def reference_callable(region: Region, contiguous: dict[str, bool]) -> Callable[
     """The region as a Python function running its prims with torch (its source is inspectable). Its
     `plan` is the fusion plan nvFuser would replay (every input the prologue does not check taken as
     contiguous); `plan_for(contiguous)` builds it for other contiguities."""
-    from specengine.ops import prims
-
     bsyms = tuple(b.with_(sym=prims.PRIMS[b.sym.name]) for b in region.bsyms)
     trace = Trace(f"fusion{region.index}", tuple(region.inputs), bsyms, tuple(region.outputs), "nvFuser region")
     prims_fn = trace.python_callable()

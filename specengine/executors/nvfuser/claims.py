@@ -13,8 +13,8 @@ import torch
 
 from specengine.constraints import expr as E
 from specengine.executors.nvfuser.table import DTYPES, LOWERABLE, UNARY
-from specengine.trace.proxies import TensorProxy
-from specengine.trace.symbol import BoundSymbol
+from specengine.ir.proxies import TensorProxy
+from specengine.ir.symbol import BoundSymbol
 
 FUSIBLE_TAGS = frozenset({"elementwise", "reduction", "shape_op"})
 FUSIBLE_NAMES = frozenset({"where", "full", "iota", "cat", "convert_element_type", "broadcast_in_dim", "reshape",

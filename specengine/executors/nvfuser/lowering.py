@@ -14,7 +14,7 @@ from typing import Any, Callable
 from specengine.constraints import expr as E
 from specengine.executors.nvfuser.plan import DType, FusionPlan, Ref, build_plan
 from specengine.executors.nvfuser.regions import Region
-from specengine.trace.proxies import TensorProxy
+from specengine.ir.proxies import TensorProxy
 
 
 def replay(plan: FusionPlan, fd: Any, data_type: Any) -> Any:
@@ -39,7 +39,7 @@ def replay(plan: FusionPlan, fd: Any, data_type: Any) -> Any:
 
 def define(plan: FusionPlan) -> Any:
     """A FusionDefinition built from `plan`."""
-    from nvfuser_direct import DataType, FusionDefinition
+    from nvfuser_direct import DataType, FusionDefinition  # lazy: nvFuser is an optional CUDA-only extra
 
     with FusionDefinition() as fd:
         replay(plan, fd, DataType)

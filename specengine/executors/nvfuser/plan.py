@@ -25,7 +25,7 @@ from specengine.constraints import expr as E
 from specengine.constraints.floats import FloatExpr
 from specengine.executors.nvfuser.regions import Region
 from specengine.executors.nvfuser.table import DTYPES, SIZE_OP, TABLE
-from specengine.trace.proxies import NumberProxy, TensorProxy
+from specengine.ir.proxies import NumberProxy, TensorProxy
 
 
 @dataclass(frozen=True)

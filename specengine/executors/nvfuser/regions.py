@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 from specengine.constraints import expr as E
 from specengine.constraints.floats import FloatExpr
-from specengine.trace.proxies import NumberProxy, Proxy, TensorProxy
-from specengine.trace.symbol import BoundSymbol, Symbol, tree_leaves
-from specengine.trace.trace import Trace
+from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy
+from specengine.ir.symbol import BoundSymbol, Symbol, tree_leaves
+from specengine.ir.trace import Trace
 
 
 @dataclass

@@ -1,0 +1,81 @@
+"""Fast pytree leaf maps over the values of bound symbols (compile-time hot paths of tracing and the passes).
+
+The arguments and outputs of bound symbols are nearly always flat: proxies, numbers, symbolic expressions and
+constants in tuples and lists. `map_leaves` and `leaves` walk plain tuples, lists and dicts directly, and
+hand any other pytree node (namedtuples, torch.Size, OrderedDict, registered containers) to
+`torch.utils._pytree`, so they give exactly `torch.utils._pytree`'s results (with slices' bounds looked into,
+as in `specengine.ir.symbol`), without a pytree dispatch per leaf.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Any, Callable
+
+from torch.utils import _pytree as pytree
+
+_leaf_types: dict[type, bool] = {}
+_registered = [-1]  # len(SUPPORTED_NODES) when _leaf_types was filled: a new registration clears it
+
+
+_BUILTIN_LEAVES = frozenset({int, float, bool, complex, str, bytes, type(None), type(Ellipsis)})
+
+
+def _is_leaf_type(t: type) -> bool:
+    """Whether torch's pytree treats values of type `t` as leaves (cached per type)."""
+    if t in _BUILTIN_LEAVES:
+        return True
+    if len(pytree.SUPPORTED_NODES) != _registered[0]:
+        _leaf_types.clear()
+        _registered[0] = len(pytree.SUPPORTED_NODES)
+    leaf = _leaf_types.get(t)
+    if leaf is None:
+        node = namedtuple if pytree.is_namedtuple_class(t) else t
+        leaf = _leaf_types[t] = node not in pytree.SUPPORTED_NODES
+    return leaf
+
+
+def _is_slice(v: Any) -> bool:
+    return isinstance(v, slice)
+
+
+def map_leaves(fn: Callable[[Any], Any], x: Any) -> Any:
+    """`fn` applied to every leaf of `x` (slices' bounds included), containers rebuilt as pytree would."""
+    t = type(x)
+    if t is tuple:
+        return tuple([map_leaves(fn, v) for v in x])
+    if t is list:
+        return [map_leaves(fn, v) for v in x]
+    if t is slice:
+        return slice(map_leaves(fn, x.start), map_leaves(fn, x.stop), map_leaves(fn, x.step))
+    if t is dict:
+        return {k: map_leaves(fn, v) for k, v in x.items()}
+    if _is_leaf_type(t):
+        return fn(x)
+
+    def leaf(v: Any) -> Any:
+        return slice(*(map_leaves(fn, c) for c in (v.start, v.stop, v.step))) if isinstance(v, slice) else fn(v)
+
+    return pytree.tree_map(leaf, x, is_leaf=_is_slice)
+
+
+def leaves(x: Any, out: list | None = None) -> list[Any]:
+    """The leaves of `x` in pytree order (slices' bounds included)."""
+    out = [] if out is None else out
+    t = type(x)
+    if t is tuple or t is list:
+        for v in x:
+            if type(v) is not slice and _is_leaf_type(type(v)):
+                out.append(v)
+            else:
+                leaves(v, out)
+    elif t is slice:
+        leaves((x.start, x.stop, x.step), out)
+    elif t is dict:
+        leaves(list(x.values()), out)
+    elif _is_leaf_type(t):
+        out.append(x)
+    else:
+        for v in pytree.tree_leaves(x, is_leaf=_is_slice):
+            leaves(v, out) if type(v) is slice else out.append(v)
+    return out

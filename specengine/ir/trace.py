@@ -1,0 +1,203 @@
+"""Traces: a function's recorded bound symbols, printed as runnable Python."""
+
+from __future__ import annotations
+
+import math
+import operator
+import types
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import torch
+
+from specengine.codegen import exec_source
+from specengine.constraints.expr import Expr
+from specengine.constraints.floats import FloatExpr
+from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy
+from specengine.ir.symbol import BoundSymbol, Symbol, tree_leaves
+
+HEADER = (
+    "import math\n"
+    "import operator\n"
+    "import torch\n"
+    "from specengine.ops import prims, ltorch\n"
+    "from specengine.ops import runtime as tex\n"
+)
+
+
+DEL = Symbol("del", "", pure=False)  # prints as `del a, b`: frees values after their last use
+
+
+_MODULES: dict[str, Any] = {"math": math, "operator": operator, "torch": torch}  # + the ops layer's (print_module)
+
+
+def print_module(name: str, module: Any) -> None:
+    """Let traces name `module` as `name` (the ops layer's `prims`, `ltorch` and `tex`, as HEADER imports them)."""
+    _MODULES[name] = module
+
+
+def trace_globals() -> dict[str, Any]:
+    """The globals a printed trace runs with (the same names HEADER imports)."""
+    return dict(_MODULES)
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A straight-line program. `str(trace)` is runnable Python that defines `name`."""
+
+    name: str
+    params: tuple
+    bsyms: tuple[BoundSymbol, ...]
+    output: Any
+    provenance: str
+
+    def with_(self, provenance: str, **changes: Any) -> Trace:
+        """A new trace (passes never mutate their input), stamped with the pass that made it."""
+        return replace(self, provenance=provenance, **changes)
+
+    def python(self) -> str:
+        return TracePrinter(self).render()
+
+    def __str__(self) -> str:
+        return self.python()
+
+    def python_callable(self) -> Callable:
+        """The trace as a Python function (source registered in linecache).
+
+        Symbols of executors outside specengine print as `<module>.<name>`; their callables are bound
+        under those names.
+        """
+        glb = trace_globals()
+        for bsym in self.bsyms:
+            module = bsym.sym.module
+            if module and module not in glb:
+                glb[module] = types.SimpleNamespace()
+            if module and isinstance(glb[module], types.SimpleNamespace):
+                setattr(glb[module], bsym.sym.name, bsym.sym.impl)
+        return exec_source(self.python(), self.name, glb)
+
+
+def format_value(x: Any) -> str:
+    """Python source for an argument value."""
+    if isinstance(x, NumberProxy):
+        if isinstance(x.expr, FloatExpr):
+            return x.expr.to_python()  # float arithmetic is not recorded as ops: print the expression
+        return repr(x.expr.value) if x.expr.is_const else x.name
+    if isinstance(x, Proxy):
+        return x.name
+    if isinstance(x, (Expr, FloatExpr)):
+        return x.to_python()
+    if isinstance(x, (torch.dtype, torch.memory_format, torch.layout)):
+        return str(x)
+    if isinstance(x, torch.device):
+        return f"torch.device({str(x)!r})"
+    if isinstance(x, float) and not math.isfinite(x):
+        return f"float({str(x)!r})"
+    if type(x) is complex:  # (a repr like (inf+1j) is not Python)
+        return f"complex({format_value(x.real)}, {format_value(x.imag)})"
+    if isinstance(x, tuple) and type(x).__module__ == "torch.return_types":
+        return f"torch.return_types.{type(x).__name__}(({', '.join(format_value(v) for v in x)},))"
+    if isinstance(x, tuple):
+        inner = ", ".join(format_value(v) for v in x)
+        return f"({inner},)" if len(x) == 1 else f"({inner})"
+    if isinstance(x, list):
+        return "[" + ", ".join(format_value(v) for v in x) + "]"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {format_value(v)}" for k, v in x.items()) + "}"
+    if isinstance(x, slice):
+        return f"slice({format_value(x.start)}, {format_value(x.stop)}, {format_value(x.step)})"
+    if x is Ellipsis:
+        return "..."
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return repr(x)
+    raise TypeError(f"cannot print {type(x).__name__} value {x!r} in a trace")
+
+
+def type_comment(x: Any) -> str:
+    if isinstance(x, (TensorProxy, NumberProxy)):
+        return f'{x.name}: "{x.type_string()}"'
+    return ""
+
+
+class TracePrinter:
+    """Prints a trace: type comments, the user's source line above each op, subsymbols as comments."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.used = _used_names(trace)
+
+    def render(self) -> str:
+        t = self.trace
+        lines = [f"# Constructed by {t.provenance}", HEADER.rstrip("\n"), ""]
+        lines.append(f"def {t.name}({', '.join(format_value(p) for p in t.params)}):")
+        lines += [f"  # {c}" for p in t.params if (c := type_comment(p))]
+        restore = _state_restores(t.bsyms)
+        indent = "    " if restore else "  "
+        if restore:
+            lines.append("  try:")
+        last_source = None
+        for bsym in t.bsyms:
+            src = bsym.source
+            if src is not None and (src.filename, src.lineno) != last_source:
+                lines.append(f"\n{indent}# {src.filename}:{src.lineno}: \t{src.source_line}")
+                last_source = (src.filename, src.lineno)
+            lines += self.bsym_lines(bsym, indent, commented=False)
+        lines.append(f"{indent}return {format_value(t.output)}")
+        if restore:  # the torch state the trace changed is set back to the caller's if an op raises
+            lines.append("  except BaseException:")
+            for b in restore:
+                lines += self.bsym_lines(b, "    ", commented=False)
+            lines.append("    raise")
+        return "\n".join(lines) + "\n"
+
+    def bsym_lines(self, bsym: BoundSymbol, indent: str, commented: bool) -> list[str]:
+        if bsym.sym is DEL:
+            return [f"{indent}del {', '.join(a.name for a in bsym.args)}"]
+        args = [format_value(a) for a in bsym.args] + [f"{k}={format_value(v)}" for k, v in bsym.kwargs]
+        call = f"{bsym.sym.print_name}({', '.join(args)})"
+        outs = self.format_outputs(bsym.output, commented)
+        line = call if outs is None else f"{outs} = {call}"
+        shown = [o for o in bsym.flat_outs() if commented or getattr(o, "name", None) in self.used]
+        comments = [c for o in shown if (c := type_comment(o))]
+        if comments:
+            line += "  # " + ", ".join(comments)
+        out = [indent + ("# " if commented else "") + line]
+        for sub in bsym.subsymbols:
+            out += self.bsym_lines(sub, indent + "  ", commented=True)
+        return out
+
+    def format_outputs(self, out: Any, commented: bool) -> str | None:
+        if out is None:
+            return None
+        if isinstance(out, (tuple, list)):
+            inner = [self.format_outputs(o, commented) or "_" for o in out]
+            return f"({inner[0]},)" if len(inner) == 1 else f"({', '.join(inner)})"
+        if isinstance(out, Proxy):
+            if isinstance(out, NumberProxy) and out.expr.is_const:
+                return "_"
+            return out.name if commented or out.name in self.used else "_"
+        return "_"
+
+
+def _state_restores(bsyms: tuple[BoundSymbol, ...]) -> list[BoundSymbol]:
+    """For the torch state changes of a trace (`tex.set_grad_enabled(False, entry=True)`), the calls that set each
+    changed state back to its `entry` value, innermost first."""
+    first: dict[tuple, BoundSymbol] = {}
+    for b in bsyms:
+        if getattr(b.sym.impl, "torch_state", False):
+            entry = b.kwargs_dict["entry"]
+            entry = entry if isinstance(entry, tuple) else (entry,)
+            key = (b.sym.impl, *b.args[: len(b.args) - len(entry)])
+            if key not in first:
+                first[key] = b.with_(args=key[1:] + entry, kwargs=(), source=None)
+    return list(reversed(first.values()))
+
+
+def _used_names(trace: Trace) -> set[str]:
+    used = {format_value(x) for x in tree_leaves(trace.output) if isinstance(x, Proxy)}
+    used.update(s for x in tree_leaves(trace.output) if isinstance(x, (Expr, FloatExpr)) for s in x.free_symbols())
+    for bsym in trace.bsyms:
+        used.update(x.name for x in bsym.flat_args() if isinstance(x, Proxy))
+        used.update(s for x in bsym.flat_args() if isinstance(x, (Expr, FloatExpr)) for s in x.free_symbols())
+        used.update(s for x in bsym.flat_args() if isinstance(x, NumberProxy) for s in x.expr.free_symbols())
+    return used
