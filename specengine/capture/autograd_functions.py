@@ -66,12 +66,17 @@ class _Ctx:
         raise unsupported("ctx.saved_tensors in forward", "it is read in backward")
 
 
+def _real(cls: type) -> Any:
+    """torch's own `cls.apply` (a Python classmethod, or a C one without `__func__` from torch 2.14)."""
+    return _real_apply.__get__(None, cls)
+
+
 def _symbol(cls: type) -> Symbol:
     sym = _symbols.get(cls)
     if sym is None:
         name = re.sub(r"\W", "_", f"{cls.__qualname__}_{id(cls):x}")
         sym = _symbols[cls] = Symbol(name, "autograd_fn", meta=lambda *a, **k: _local.outputs.pop(),
-                                     impl=lambda *a, **k: _real_apply.__func__(cls, *a, **k), pure=False)  # fmt: skip
+                                     impl=lambda *a, **k: _real(cls)(*a, **k), pure=False)  # fmt: skip
     return sym
 
 
@@ -110,7 +115,7 @@ def _forward(cls: type, args: tuple, kwargs: dict) -> Any:
 
 def _apply(cls: type, *args: Any, **kwargs: Any) -> Any:
     if context.current() is None or not any(isinstance(x, Proxy) for x in tree_leaves((args, kwargs))):
-        return _real_apply.__func__(cls, *args, **kwargs)
+        return _real(cls)(*args, **kwargs)
     if cls is torch.nn.modules._functions.BackwardHookFunction:
         raise unsupported("a module with full backward hooks (register_full_backward_hook, "
                           "register_full_backward_pre_hook)", "register a hook on the output tensor "

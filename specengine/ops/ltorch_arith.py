@@ -21,6 +21,7 @@ from specengine.ops.utils import (
     canonical_dims,
     convert,
     decide,
+    eager_call,
     expand_to,
     fmt_shape,
     meta_call,
@@ -111,8 +112,7 @@ def _add_or_sub(name: str, torch_fn: Any, a: Any, b: Any, alpha: Any) -> TensorP
     """`a op alpha * b` in the dtype of `a op b` (scaling b first must not promote it)."""
     dtype = meta_call(torch_fn, a, b).dtype
     if name == "sub" and builtins.any(_is_bool(x) for x in (a, b)):  # meta lets a bool Python scalar through
-        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
-                           "to invert a mask, use the `~` or `logical_not()` operator instead.")  # fmt: skip
+        eager_call(torch_fn, a, b)  # eager refuses bools (its error type differs between torch releases)
     _check_alpha(dtype, alpha)
     if isinstance(alpha, NumberProxy) or alpha != 1:  # a symbolic alpha scales: no decision on its value
         b = mul(convert(b, dtype), alpha) if isinstance(b, TensorProxy) else b * alpha

@@ -183,6 +183,13 @@ def _cpu_value(x: Any) -> Any:
     return x
 
 
+def eager_call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Run `fn` on one-element CPU tensors of zeros (proxies' dtypes, numbers' examples): eager's own checks, and
+    eager's error type, for a refusal that holds whatever the sizes and values (it changes between torch releases)."""
+    with torch._C.DisableTorchFunction():
+        return fn(*(_cpu_value(a) for a in args), **{k: _cpu_value(v) for k, v in kwargs.items()})
+
+
 def meta_call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """Run `fn` on meta stand-ins, for torch's own dtype rules and dtype errors.
 
