@@ -21,7 +21,7 @@ while [[ $# -gt 0 && $1 != "--" ]]; do releases+=("$1"); shift; done
 [[ ${1:-} == "--" ]] && shift
 pytest_args=("$@")
 [[ ${#releases[@]} -eq 0 ]] && releases=(2.13.0 2.14.1 2.15.0)
-[[ ${#pytest_args[@]} -eq 0 ]] && pytest_args=(-q -p no:cacheprovider)
+[[ ${#pytest_args[@]} -eq 0 ]] && pytest_args=(-p no:cacheprovider)
 root=${TORCH_MATRIX_VENVS:-$HOME/.cache/specengine/torch-matrix}
 logs=$(mktemp -d)
 

@@ -33,7 +33,11 @@ from specengine.ir.symbol import Symbol, tree_leaves, tree_map
 
 _Function = torch.autograd.function.Function
 _real_apply = _Function.__dict__["apply"]
-_real_generator = checkpoint_mod._checkpoint_without_reentrant_generator
+# the generator that non-reentrant checkpoint drives (torch 2.14 calls `..._impl`, with args and kwargs as a tuple
+# and a dict; the old name stays as a shim that calls it)
+_GENERATOR = next(n for n in ("_checkpoint_without_reentrant_generator_impl", "_checkpoint_without_reentrant_generator")
+                  if hasattr(checkpoint_mod, n))  # fmt: skip
+_real_generator = getattr(checkpoint_mod, _GENERATOR)
 _symbols: dict[type, Symbol] = {}
 
 
@@ -142,15 +146,15 @@ _apply_wrapper = classmethod(_apply)
 def install() -> None:
     if _Function.__dict__.get("apply") is _real_apply:
         _Function.apply = _apply_wrapper
-    if checkpoint_mod._checkpoint_without_reentrant_generator is _real_generator:
-        checkpoint_mod._checkpoint_without_reentrant_generator = _generator
+    if getattr(checkpoint_mod, _GENERATOR) is _real_generator:
+        setattr(checkpoint_mod, _GENERATOR, _generator)
 
 
 def uninstall() -> None:
     if _Function.__dict__.get("apply") is _apply_wrapper:
         _Function.apply = _real_apply
-    if checkpoint_mod._checkpoint_without_reentrant_generator is _generator:
-        checkpoint_mod._checkpoint_without_reentrant_generator = _real_generator
+    if getattr(checkpoint_mod, _GENERATOR) is _generator:
+        setattr(checkpoint_mod, _GENERATOR, _real_generator)
 
 
 class _TraceHandle:
