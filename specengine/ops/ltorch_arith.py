@@ -268,6 +268,8 @@ def sum(a: TensorProxy, dim: Any = None, keepdim: bool = False, *, dtype: torch.
 # kept: reduction and elementwise prims, which fusing executors take
 @torchop(torch.mean, torch.Tensor.mean, name="mean", methods=("mean",))
 def mean(a: TensorProxy, dim: Any = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Any:
+    if dtype is None and not (a.dtype.is_floating_point or a.dtype.is_complex):
+        eager_call(torch.mean, a)  # eager's refusal first: the meta kernel's type differs from torch 2.15's
     out_dtype = (meta_call(torch.mean, a, dim, keepdim, dtype=dtype) if dim is not None else
                  meta_call(torch.mean, a, dtype=dtype)).dtype  # fmt: skip
     dims = canonical_dims(dim, a.ndim)
