@@ -33,7 +33,11 @@ from specengine.ir.symbol import Symbol, tree_leaves, tree_map
 
 _Function = torch.autograd.function.Function
 _real_apply = _Function.__dict__["apply"]
-_real_generator = checkpoint_mod._checkpoint_without_reentrant_generator
+# the generator that non-reentrant checkpoint drives (torch 2.14 calls `..._impl`, with args and kwargs as a tuple
+# and a dict; the old name stays as a shim that calls it)
+_GENERATOR = next(n for n in ("_checkpoint_without_reentrant_generator_impl", "_checkpoint_without_reentrant_generator")
+                  if hasattr(checkpoint_mod, n))  # fmt: skip
+_real_generator = getattr(checkpoint_mod, _GENERATOR)
 _symbols: dict[type, Symbol] = {}
 
 
@@ -66,12 +70,17 @@ class _Ctx:
         raise unsupported("ctx.saved_tensors in forward", "it is read in backward")
 
 
+def _real(cls: type) -> Any:
+    """torch's own `cls.apply` (a Python classmethod, or a C one without `__func__` from torch 2.14)."""
+    return _real_apply.__get__(None, cls)
+
+
 def _symbol(cls: type) -> Symbol:
     sym = _symbols.get(cls)
     if sym is None:
         name = re.sub(r"\W", "_", f"{cls.__qualname__}_{id(cls):x}")
         sym = _symbols[cls] = Symbol(name, "autograd_fn", meta=lambda *a, **k: _local.outputs.pop(),
-                                     impl=lambda *a, **k: _real_apply.__func__(cls, *a, **k), pure=False)  # fmt: skip
+                                     impl=lambda *a, **k: _real(cls)(*a, **k), pure=False)  # fmt: skip
     return sym
 
 
@@ -110,7 +119,7 @@ def _forward(cls: type, args: tuple, kwargs: dict) -> Any:
 
 def _apply(cls: type, *args: Any, **kwargs: Any) -> Any:
     if context.current() is None or not any(isinstance(x, Proxy) for x in tree_leaves((args, kwargs))):
-        return _real_apply.__func__(cls, *args, **kwargs)
+        return _real(cls)(*args, **kwargs)
     if cls is torch.nn.modules._functions.BackwardHookFunction:
         raise unsupported("a module with full backward hooks (register_full_backward_hook, "
                           "register_full_backward_pre_hook)", "register a hook on the output tensor "
@@ -137,15 +146,15 @@ _apply_wrapper = classmethod(_apply)
 def install() -> None:
     if _Function.__dict__.get("apply") is _real_apply:
         _Function.apply = _apply_wrapper
-    if checkpoint_mod._checkpoint_without_reentrant_generator is _real_generator:
-        checkpoint_mod._checkpoint_without_reentrant_generator = _generator
+    if getattr(checkpoint_mod, _GENERATOR) is _real_generator:
+        setattr(checkpoint_mod, _GENERATOR, _generator)
 
 
 def uninstall() -> None:
     if _Function.__dict__.get("apply") is _apply_wrapper:
         _Function.apply = _real_apply
-    if checkpoint_mod._checkpoint_without_reentrant_generator is _generator:
-        checkpoint_mod._checkpoint_without_reentrant_generator = _real_generator
+    if getattr(checkpoint_mod, _GENERATOR) is _generator:
+        setattr(checkpoint_mod, _GENERATOR, _real_generator)
 
 
 class _TraceHandle:

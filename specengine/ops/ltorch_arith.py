@@ -22,6 +22,7 @@ from specengine.ops.utils import (
     canonical_dims,
     convert,
     decide,
+    eager_call,
     expand_to,
     fmt_shape,
     meta_call,
@@ -114,8 +115,7 @@ def _add_or_sub(name: str, torch_fn: Any, a: Any, b: Any, alpha: Any) -> TensorP
     """`a op alpha * b` in the dtype of `a op b` (scaling b first must not promote it)."""
     dtype = meta_call(torch_fn, a, b).dtype
     if name == "sub" and builtins.any(_is_bool(x) for x in (a, b)):  # meta lets a bool Python scalar through
-        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
-                           "to invert a mask, use the `~` or `logical_not()` operator instead.")  # fmt: skip
+        eager_call(torch_fn, a, b)  # eager refuses bools (its error type differs between torch releases)
     _check_alpha(dtype, alpha)
     if isinstance(alpha, NumberProxy) or alpha != 1:  # a symbolic alpha scales: no decision on its value
         b = mul(convert(b, dtype), alpha) if isinstance(b, TensorProxy) else b * alpha
@@ -271,6 +271,8 @@ def sum(a: TensorProxy, dim: Any = None, keepdim: bool = False, *, dtype: torch.
 # kept: reduction and elementwise prims, which fusing executors take
 @torchop(torch.mean, torch.Tensor.mean, name="mean", methods=("mean",))
 def mean(a: TensorProxy, dim: Any = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Any:
+    if dtype is None and not (a.dtype.is_floating_point or a.dtype.is_complex):
+        eager_call(torch.mean, a)  # eager's refusal first: the meta kernel's type differs from torch 2.15's
     out_dtype = (meta_call(torch.mean, a, dim, keepdim, dtype=dtype) if dim is not None else
                  meta_call(torch.mean, a, dtype=dtype)).dtype  # fmt: skip
     dims = canonical_dims(dim, a.ndim)

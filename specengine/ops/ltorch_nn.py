@@ -6,6 +6,7 @@ no decision: maxima use `prims.amax_ninf` (the max of nothing is -inf), means di
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -19,7 +20,17 @@ from specengine.ops.generic import generic_call
 from specengine.ops.ltorch_inplace import copy_to
 from specengine.ops.ltorch_views import transpose
 from specengine.ops.registry import torchop
-from specengine.ops.utils import broadcast_shapes, convert, decide, example, expand_to, fmt_shape, hint
+from specengine.ops.utils import (
+    broadcast_shapes,
+    convert,
+    decide,
+    eager_error,
+    example,
+    expand_to,
+    fmt_shape,
+    fresh,
+    hint,
+)
 
 __all__ = [
     "embedding", "torch_embedding", "layer_norm", "rms_norm", "group_norm", "torch_group_norm", "dropout",
@@ -175,8 +186,9 @@ def _check_normalized_shape(x: TensorProxy, ns: tuple, params: dict, op: str) ->
                            f"{fmt_shape(ns)[1:]}, but got input of size{fmt_shape(x.dims)}")  # fmt: skip
 
 
-def _check_params_dtype(x: TensorProxy, params: tuple) -> None:
-    """The CPU kernels' rules: parameters share the input's dtype, or are float32 for a float16/bfloat16 input."""
+def _check_params_dtype(x: TensorProxy, params: tuple, kernel: bool = True) -> None:
+    """The CPU kernels' rules: parameters share the input's dtype, or are float32 for a float16/bfloat16 input.
+    `kernel=False`: only the mixed-dtype checks (the op's, before the kernel's)."""
     params = [p for p in params if p is not None]
     if x.device.type != "cpu" or not params:
         return
@@ -186,7 +198,7 @@ def _check_params_dtype(x: TensorProxy, params: tuple) -> None:
         if x.dtype not in (torch.float16, torch.bfloat16):
             raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
         return
-    for p in params:
+    for p in params if kernel else ():
         if p.dtype != x.dtype:
             raise RuntimeError(f"expected scalar type {_type_name(x.dtype)} but found {_type_name(p.dtype)}")
 
@@ -251,6 +263,13 @@ def _verify_batch_size(x: TensorProxy, g: E.Expr) -> None:
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {fmt_shape(size)}")
 
 
+@functools.cache
+def _torch_group_norm_error(shape: tuple, dtype: torch.dtype) -> Exception | None:
+    """What torch's group_norm (one group) raises on zeros of `shape`: its checks of empty sizes changed in torch
+    2.14 (C == 0 and HxW == 0 refused before the other checks, an empty batch returned before the dtype checks)."""
+    return eager_error(lambda: torch.group_norm(torch.zeros(shape, dtype=dtype), 1))
+
+
 def _group_norm(input: TensorProxy, num_groups: Any, weight: Any, bias: Any, eps: float, verify: bool) -> TensorProxy:
     _no_outside_tensors(input, weight, bias)
     if input.ndim < 2:
@@ -258,6 +277,10 @@ def _group_norm(input: TensorProxy, num_groups: Any, weight: Any, bias: Any, eps
     g, c = value_expr(num_groups), input.dims[1]
     if verify:
         _verify_batch_size(input, g)
+    for probe, size in (((1, 0), c), ((1, 1, 0), _numel(input.dims[2:]))):  # C == 0, then HxW == 0
+        error = _torch_group_norm_error(probe, torch.float32)
+        if error is not None and decide(E.eq(size, 0), "group_norm", "torch refuses an empty channel or spatial size"):
+            raise fresh(error)
     if not decide(E.gt(g, 0), "group_norm", "num_groups must be positive"):
         raise RuntimeError(f"Expected num groups to be greater than 0, got {example(g)}")
     if not decide(E.eq(E.mod(c, g), 0), "group_norm", "num_groups must divide the channels"):
@@ -268,12 +291,23 @@ def _group_norm(input: TensorProxy, num_groups: Any, weight: Any, bias: Any, eps
             raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of channels in input, "
                                f"but got {name} of shape {fmt_shape(p.dims)} and input of shape "
                                f"{fmt_shape(input.dims)}")  # fmt: skip
+    _check_params_dtype(input, (weight, bias), kernel=False)
+    if _group_norm_kernel_refuses(input, (weight, bias)) and _torch_group_norm_error((0, 1), torch.int64) is None:
+        if decide(E.eq(input.dims[0], 0), "group_norm", "torch returns an empty batch before its kernel's checks"):
+            return prims.full(input.dims, 0, input.dtype, input.device)
     _check_params_dtype(input, (weight, bias))
     _check_floating(input, "GroupNormKernelImpl")
     x = convert(input, _opmath(input.dtype))
     grouped = prims.reshape(x, (input.dims[0], g, E.mul(E.floordiv(c, g), _numel(input.dims[2:]))))
     y = prims.reshape(_normalize(grouped, (2,), eps), input.dims)
     return convert(_affine(y, weight, bias, (1,)), input.dtype)
+
+
+def _group_norm_kernel_refuses(x: TensorProxy, params: tuple) -> bool:
+    """Whether the kernel's own checks (after the op's) refuse these dtypes: an empty batch decides only then."""
+    params = [p for p in params if p is not None]
+    mixed = x.device.type == "cpu" and params and params[0].dtype == x.dtype and any(p.dtype != x.dtype for p in params)
+    return not x.dtype.is_floating_point or bool(mixed)
 
 
 # kept: fewer guards than torch's kernel (5 against 7 over OpInfo's samples)
@@ -338,7 +372,7 @@ _C10_NAMES = {torch.float32: "float", torch.float64: "double", torch.int64: "lon
 _c10 = lambda dtype: _C10_NAMES.get(dtype, str(dtype))  # noqa: E731
 
 
-def _check_sdpa(q: TensorProxy, k: TensorProxy, v: TensorProxy, mask: Any) -> None:
+def _check_sdpa(q: TensorProxy, k: TensorProxy, v: TensorProxy, mask: Any, is_causal: bool = False) -> None:
     """The checks eager makes whatever the sizes."""
     if min(q.ndim, k.ndim, v.ndim) < 2:
         raise RuntimeError("Expected query, key, and value to all be  at least 2 dimensional, but got query.dim: "
@@ -347,6 +381,8 @@ def _check_sdpa(q: TensorProxy, k: TensorProxy, v: TensorProxy, mask: Any) -> No
         raise RuntimeError("Expected query, key, and value to have the same dtype, but got query.dtype: "
                            f"{_c10(q.dtype)} key.dtype: {_c10(k.dtype)} and value.dtype: {_c10(v.dtype)} "
                            "instead.")  # fmt: skip
+    if is_causal and mask is not None and _torch_causal_mask_error() is not None:
+        raise fresh(_torch_causal_mask_error())
     if mask is not None and mask.dtype not in (torch.bool, torch.float32, q.dtype):
         raise RuntimeError("Expected attn_mask dtype to be bool or float or to match query dtype, but got "
                            f"attn_mask.dtype: {_c10(mask.dtype)} and  query.dtype: {_c10(q.dtype)} "
@@ -366,7 +402,7 @@ def _sdpa_error(
     on the example sizes without a guard (as `broadcast_pair` does); the torch op raises where it fails."""
     if not q.dtype.is_floating_point:
         return RuntimeError(f"expected scalar type Float but found {_type_name(q.dtype)}")
-    if is_causal and mask is not None:
+    if is_causal and mask is not None and _torch_causal_mask_error() is None:  # (else _check_sdpa raised)
         return RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     heads = [t.dims[-3] for t in (k, v) if gqa and q.ndim >= 3 and t.ndim >= 3]
     if any(not (decide(E.gt(h, 0), _SDPA, "heads") and decide(E.eq(E.mod(q.dims[-3], h), 0), _SDPA, "heads divide"))
@@ -384,6 +420,14 @@ def _sdpa_error(
         return e
     scores = broadcast_shapes(batches[0], batches[1]) + (q.dims[-2], k.dims[-2])
     return None if mask is None else _mask_error(mask, scores)
+
+
+@functools.cache
+def _torch_causal_mask_error() -> Exception | None:
+    """What torch raises for attn_mask with is_causal=True on an empty attention: from torch 2.14 it refuses the pair
+    before returning an empty attention's zeros (before: only a non-empty one)."""
+    z = torch.zeros(1, 0, 1)
+    return eager_error(lambda: torch._C._nn.scaled_dot_product_attention(z, z, z, torch.zeros(0, 0).bool(), 0.0, True))
 
 
 def _mask_error(mask: TensorProxy, scores: tuple) -> Exception | None:
@@ -437,7 +481,7 @@ def scaled_dot_product_attention(query: TensorProxy, key: TensorProxy, value: Te
         # torch's own function, not the attribute: while tracing F's is capture/compiling.py's wrapper
         return generic_call(torch._C._nn.scaled_dot_product_attention, (query, key, value), options)
     _no_outside_tensors(query, key, value, attn_mask)
-    _check_sdpa(query, key, value, attn_mask)
+    _check_sdpa(query, key, value, attn_mask, is_causal)
     error = _sdpa_error(query, key, value, attn_mask, is_causal, enable_gqa)
     if error is not None:
         empty = [query.dims[-2], key.dims[-2], value.dims[-1], _numel(key.dims[:-2]), _numel(value.dims[:-2])]

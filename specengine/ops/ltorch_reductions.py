@@ -17,7 +17,16 @@ from specengine.constraints import expr as E
 from specengine.ir.proxies import NumberProxy, TensorProxy, is_outside_tensor, unsupported, value_expr
 from specengine.ops import prims
 from specengine.ops.registry import torchop
-from specengine.ops.utils import broadcast_shapes, canonical_dim, canonical_dims, convert, decide, expand_to, meta_call
+from specengine.ops.utils import (
+    broadcast_shapes,
+    canonical_dim,
+    canonical_dims,
+    convert,
+    decide,
+    eager_call,
+    expand_to,
+    meta_call,
+)
 
 __all__ = [
     "prod", "var", "std", "var_mean", "std_mean", "amin", "max", "min", "argmax", "argmin", "all", "any",
@@ -195,7 +204,8 @@ def _moments(op: str, a: TensorProxy, dim: Any, unbiased: Any, correction: Any) 
     """(var, mean, dims): the reduced variance and mean, in the compute dtype."""
     dim, correction = _correction(op, dim, unbiased, correction)
     if not (a.dtype.is_floating_point or a.dtype.is_complex):
-        raise RuntimeError("std and var only support floating point and complex dtypes")
+        eager_call(getattr(torch, op), a)  # eager's refusal (RuntimeError before torch 2.15, NotImplementedError since)
+        raise unsupported(f"{op} of a {a.dtype} tensor", "convert it to a floating dtype first")
     if a.dtype.is_complex:
         raise unsupported(f"{op} of a complex tensor", "take the variance of the real and imaginary parts")
     dims = canonical_dims(dim, a.ndim)
@@ -302,7 +312,8 @@ def min(a: TensorProxy, dim: Any = _UNSET, keepdim: Any = _UNSET, *, other: Any 
 
 def _arg_reduce(op: str, a: TensorProxy, dim: Any, keepdim: bool) -> TensorProxy:
     if a.dtype is torch.bool:
-        raise RuntimeError(f"{op}(): does not support bool input")
+        eager_call(getattr(torch, op), a)  # eager's refusal (RuntimeError before torch 2.15, NotImplementedError since)
+        raise unsupported(f"{op} of a bool tensor", "convert it to an integer dtype first")
     arg = _prim_argmax if op == "argmax" else _prim_argmin
     if dim is None:
         dims = tuple(range(a.ndim))

@@ -183,6 +183,29 @@ def _cpu_value(x: Any) -> Any:
     return x
 
 
+def eager_call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Run `fn` on one-element CPU tensors of zeros (proxies' dtypes, numbers' examples): eager's own checks, and
+    eager's error type, for a refusal that holds whatever the sizes and values (it changes between torch releases)."""
+    with torch._C.DisableTorchFunction():
+        return fn(*(_cpu_value(a) for a in args), **{k: _cpu_value(v) for k, v in kwargs.items()})
+
+
+def eager_error(fn: Callable[[], Any]) -> Exception | None:
+    """The exception torch raises running `fn` on small real tensors, else None: for a check whose presence or order
+    changed between torch releases, read from torch instead of copied (callers cache it; raise `fresh(e)`)."""
+    try:
+        with torch._C.DisableTorchFunction():
+            fn()
+    except Exception as e:  # noqa: BLE001 - whatever torch raises is the answer
+        return e
+    return None
+
+
+def fresh(e: Exception) -> Exception:
+    """A new exception like `e` (a cached one raised again would carry its old traceback)."""
+    return type(e)(*e.args)
+
+
 def meta_call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """Run `fn` on meta stand-ins, for torch's own dtype rules and dtype errors.
 
