@@ -1,0 +1,246 @@
+"""Constants by reference and exact constants (issue 22, parts 3 and 6), as a generator.
+
+Programs are the cross product of
+- *value families*: values that compare equal but behave differently (`2`, an IntEnum member, an int subclass,
+  a numpy int; `-0.0`, `0.0`, a float subclass, numpy floats; `1`, `True`, `1.0`; complex signed zeros; a str, a
+  str Enum member, a str subclass);
+- *where the value comes from*: an argument, a global, a closure variable, a module attribute;
+- *how it is used*: arithmetic with a tensor, as a size, in a branch, as an op keyword, returned after Python
+  arithmetic (whose result keeps eager's type);
+
+each run under the three dynamic modes against eager, with exact hit and miss counts: a value built anew hits, a
+value of the same family that compares equal to it (another type, another sign of zero) misses.
+
+The int, float and str subclasses carry payloads: `__repr__`, `__str__` and `__format__` return code that would
+set a flag if it ever ran, and they, `__index__`, `__int__` and `__float__` record each call. Eager runs none of
+them for these programs, so neither may the engine, at compile time or on a cached call.
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+import math
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import torch
+from helpers import counts
+
+import specengine
+
+PAYLOAD = "(__import__('builtins').__setattr__('CONSTANT_PAYLOAD_RAN', 1) or 2)"
+CALLED: list[str] = []  # payload methods that ran
+
+
+class _Payload:
+    def __repr__(self) -> str:
+        CALLED.append("repr")
+        return PAYLOAD
+
+    def __str__(self) -> str:
+        CALLED.append("str")
+        return PAYLOAD
+
+    def __format__(self, spec: str) -> str:
+        CALLED.append("format")
+        return PAYLOAD
+
+    def __index__(self) -> int:
+        CALLED.append("index")
+        return 7
+
+    def __int__(self) -> int:
+        CALLED.append("int")
+        return 7
+
+    def __float__(self) -> float:
+        CALLED.append("float")
+        return 7.0
+
+
+class PInt(_Payload, int):
+    pass
+
+
+class PFloat(_Payload, float):
+    pass
+
+
+class PStr(_Payload, str):
+    pass
+
+
+class Mode(enum.IntEnum):
+    ONE = 1
+    TWO = 2
+
+
+class Rounding(str, enum.Enum):
+    FLOOR = "floor"
+
+
+@dataclass(frozen=True)
+class Family:
+    """Values that compare equal: each is offered after the one before it must not serve it."""
+
+    name: str
+    kind: str  # "int", "float", "complex", "str": which uses apply
+    makers: tuple[Callable[[], Any], ...]  # each builds its value anew
+
+
+FAMILIES = [
+    Family("two", "int", (lambda: 2, lambda: Mode.TWO, lambda: PInt(2), lambda: np.int64(2))),
+    Family("one", "int", (lambda: 1, lambda: True, lambda: 1.0, lambda: Mode.ONE)),
+    Family("half", "float", (lambda: 2.5, lambda: PFloat(2.5), lambda: np.float32(2.5), lambda: np.float64(2.5))),
+    Family("zero", "float", (lambda: -0.0, lambda: 0.0, lambda: PFloat(-0.0), lambda: np.float64(-0.0))),
+    Family("complex", "complex", (lambda: complex(-1.0, -0.0), lambda: complex(-1.0, 0.0))),
+    Family("str", "str", (lambda: "floor", lambda: Rounding.FLOOR, lambda: PStr("floor"))),
+]
+
+# how the value is used: (name, kinds it applies to, body over `x` and `c`)
+USES = [
+    ("arith", ("int", "float", "complex"), "return 1 / (x * c + 0.0)"),
+    ("size", ("int",), "return torch.zeros(c) + x.sum()"),
+    ("branch", ("int",), "return x + 1 if c > 1 else x - 1"),
+    ("branch", ("float",), "return x + 1 if math.copysign(1.0, c) > 0 and c < 1.0 else x - 1"),
+    ("branch", ("complex",), "return x + 1 if math.copysign(1.0, c.imag) > 0 else x - 1"),
+    ("branch", ("str",), "return x + 1 if c == 'floor' else x - 1"),
+    ("kwarg", ("int", "float", "complex"), "return torch.full((2,), fill_value=c) * x.sum()"),
+    ("kwarg", ("str",), "return torch.div(x, 3, rounding_mode=c)"),
+    ("returned", ("int", "float", "complex"), "return x + 1, c * 2, -c"),
+    ("returned", ("str",), "return x + 1, c + '_x', c[:2]"),
+]
+SOURCES = ("argument", "global", "closure", "module")
+
+
+def _program(source: str, body: str) -> tuple[Callable, Callable[[Any], tuple]]:
+    """The function `f`, and `bind(value)`: the arguments of a call that reads `value` from `source`."""
+    read = {"argument": "", "global": "c = C", "closure": "c = cell", "module": "c = cfg.value"}[source]
+    params = "x, c" if source == "argument" else "x"
+    text = (
+        "def make():\n"
+        "    cell = None\n"
+        f"    def f({params}):\n"
+        f"        {read}\n"
+        f"        {body}\n"
+        "    def put(v):\n"
+        "        nonlocal cell\n"
+        "        cell = v\n"
+        "    return f, put\n"
+    )
+    cfg = types.ModuleType("constants_cfg")
+    ns: dict[str, Any] = {"torch": torch, "math": math, "cfg": cfg}
+    exec(compile(text, f"<constants {source}>", "exec"), ns)
+    f, put = ns["make"]()
+
+    def bind(value: Any) -> tuple:
+        if source == "argument":
+            return (value,)
+        ns["C"] = value
+        put(value)
+        cfg.value = value
+        return ()
+
+    return f, bind
+
+
+def _same(got: Any, expected: Any) -> None:
+    """Equal, of the same type, and the same signs of zero."""
+    assert type(got) is type(expected), (got, expected)
+    if isinstance(expected, tuple):
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            _same(g, e)
+    elif isinstance(expected, torch.Tensor):
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        torch.testing.assert_close(got, expected, equal_nan=True, rtol=0, atol=0)
+        real = (lambda t: torch.view_as_real(t)) if expected.is_complex() else (lambda t: t)
+        if expected.is_floating_point() or expected.is_complex():
+            assert torch.equal(torch.signbit(real(got)), torch.signbit(real(expected)))
+    else:
+        assert got == expected or (got != got and expected != expected)
+        if isinstance(expected, complex):
+            assert _signs(got.real, got.imag) == _signs(expected.real, expected.imag)
+        elif isinstance(expected, float) or type(expected).__module__ == "numpy":
+            assert _signs(got) == _signs(expected)
+
+
+def _signs(*parts: Any) -> tuple:
+    return tuple(math.copysign(1.0, p) for p in parts)
+
+
+def _cases():
+    for family in FAMILIES:
+        for use, kinds, body in USES:
+            if family.kind not in kinds:
+                continue
+            for source in SOURCES:
+                yield pytest.param(family, use, body, source, id=f"{family.name}-{use}-{source}")
+
+
+def _entry_key(value: Any, index: int, source: str, dynamic: Any) -> Any:
+    """Which entry serves `value`: an int or float argument under dynamic=True is symbolic (any value of its type,
+    `0.0` after `-0.0` too: the computation reads the sign at run time) unless a branch pins it; any other value
+    has an entry of its own."""
+    if dynamic is True and source == "argument" and type(value) in (int, float):
+        return type(value)
+    return index
+
+
+def _eager(f: Callable, args: tuple) -> Any:
+    return f(*args)
+
+
+@pytest.fixture
+def no_payload():
+    CALLED.clear()
+    yield
+    assert not hasattr(builtins, "CONSTANT_PAYLOAD_RAN")
+
+
+@pytest.mark.parametrize("dynamic", [None, True, False])
+@pytest.mark.parametrize("family,use,body,source", list(_cases()))
+def test_constants(family: Family, use: str, body: str, source: str, dynamic: Any, no_payload: None) -> None:
+    f, bind = _program(source, body)
+    cfn = specengine.compile(f, dynamic=dynamic)
+    x = torch.randn(2)
+    makers = family.makers
+    # each value, then the same value built anew (hits), then the next value of the family (must miss) ...
+    order = [i for i in range(len(makers)) for _ in (0, 1)] + [0]
+    seen, misses, hits = set(), 0, 0
+    for i in order:
+        args = (x, *bind(makers[i]()))
+        CALLED.clear()
+        try:
+            expected = _eager(f, args)
+        except Exception as e:  # noqa: BLE001 - eager's error is the expectation (e.g. a bool size)
+            with pytest.raises(type(e)):
+                cfn(x, *bind(makers[i]()))
+            assert CALLED == [], f"payload methods ran: {CALLED}"
+            continue
+        assert CALLED == [], f"eager ran payload methods: {CALLED}"
+        key = _entry_key(makers[i](), i, source if use != "branch" else "pinned", dynamic)
+        misses, hits = misses + (key not in seen), hits + (key in seen)
+        seen.add(key)
+        got = cfn(x, *bind(makers[i]()))  # (built anew: an equal object, not the one eager saw)
+        assert CALLED == [], f"payload methods ran: {CALLED}"
+        _same(got, expected)
+    assert counts(cfn) == (misses, hits), specengine.recompile_reasons(cfn)
+    for n in (0, 1, 3):  # other sizes with the first value: each miss is one that the dynamic mode explains
+        xs = torch.randn(n)
+        args = (xs, *bind(makers[0]()))
+        _same(cfn(*args), _eager(f, args))
+    for entry in specengine.cache_entries(cfn):
+        for trace in entry.traces:
+            assert "__import__" not in str(trace)
+        assert "__import__" not in str(entry.prologue)
+
+
+def test_the_generator_covers_every_family_source_and_use():
+    cases = list(_cases())
+    assert len(cases) == sum(len(SOURCES) for fam in FAMILIES for _, kinds, _ in USES if fam.kind in kinds)
+    assert {c.values[0].name for c in cases} == {f.name for f in FAMILIES}
