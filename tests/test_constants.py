@@ -99,6 +99,11 @@ FAMILIES = [
     Family("zero", "float", (lambda: -0.0, lambda: 0.0, lambda: PFloat(-0.0), lambda: np.float64(-0.0))),
     Family("complex", "complex", (lambda: complex(-1.0, -0.0), lambda: complex(-1.0, 0.0))),
     Family("str", "str", (lambda: "floor", lambda: Rounding.FLOOR, lambda: PStr("floor"))),
+    Family(
+        "array",
+        "array",
+        (lambda: np.array([-0.0, 2.0]), lambda: np.array([0.0, 2.0]), lambda: np.array([-0.0, 2.0], dtype=np.float32)),
+    ),  # fmt: skip
 ]
 
 # how the value is used: (name, kinds it applies to, body over `x` and `c`)
@@ -113,6 +118,10 @@ USES = [
     ("kwarg", ("str",), "return torch.div(x, 3, rounding_mode=c)"),
     ("returned", ("int", "float", "complex"), "return x + 1, c * 2, -c"),
     ("returned", ("str",), "return x + 1, c + '_x', c[:2]"),
+    ("arith", ("array",), "return 1 / (x * torch.as_tensor(c)[:1]), 1 / (x * c[0])"),
+    ("size", ("array",), "return x.new_zeros(c.shape[0]) + x.sum()"),
+    ("branch", ("array",), "return x + 1 if math.copysign(1.0, c[0]) > 0 else x - 1"),
+    ("returned", ("array",), "return x + 1, c * 2, c.dtype.itemsize"),
 ]
 SOURCES = ("argument", "global", "closure", "module")
 
@@ -155,6 +164,9 @@ def _same(got: Any, expected: Any) -> None:
         assert len(got) == len(expected)
         for g, e in zip(got, expected):
             _same(g, e)
+    elif isinstance(expected, np.ndarray):
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        assert got.tobytes() == expected.tobytes()
     elif isinstance(expected, torch.Tensor):
         assert got.dtype == expected.dtype and got.shape == expected.shape
         torch.testing.assert_close(got, expected, equal_nan=True, rtol=0, atol=0)
@@ -244,3 +256,58 @@ def test_the_generator_covers_every_family_source_and_use():
     cases = list(_cases())
     assert len(cases) == sum(len(SOURCES) for fam in FAMILIES for _, kinds, _ in USES if fam.kind in kinds)
     assert {c.values[0].name for c in cases} == {f.name for f in FAMILIES}
+
+
+# Constants inside one program that compare equal but behave differently: CSE must keep both ops.
+PAIRS = [
+    ("-0.0", "0.0"),
+    ("1", "True"),
+    ("1", "1.0"),
+    ("True", "1.0"),
+    ("complex(1.0, -0.0)", "complex(1.0, 0.0)"),
+    ("complex(-0.0, 1.0)", "complex(0.0, 1.0)"),
+    ("float('nan')", "float('-inf')"),
+]
+OPS = [
+    "1 / (x * {k})",
+    "1 / torch.full((x.shape[0],), {k})",
+    "1 / torch.where(x > 0, x, {k})",
+    "1 / x.new_full((2,), {k})",
+    "1 / torch.mul(x, {k})",
+]
+
+
+@pytest.mark.parametrize("dynamic", [None, True, False])
+@pytest.mark.parametrize("a,b", PAIRS)
+@pytest.mark.parametrize("op", OPS)
+def test_equal_constants_stay_apart(op: str, a: str, b: str, dynamic: Any) -> None:
+    ns: dict[str, Any] = {"torch": torch}
+    exec(f"def f(x):\n    return {op.format(k=a)}, {op.format(k=b)}\n", ns)
+    f = ns["f"]
+    cfn = specengine.compile(f, dynamic=dynamic)
+    try:
+        f(torch.randn(2))
+    except RuntimeError:  # (a complex fill of a real tensor): the compiled function raises as eager does
+        with pytest.raises(RuntimeError):
+            cfn(torch.randn(2))
+        return
+    for n in (2, 0, 1, 2):
+        x = torch.randn(n)
+        _same(cfn(x), f(x))
+    # sizes 2, 0, 1, 2: static entries per size (False); static, then one dynamic entry (None); one entry (True)
+    assert counts(cfn) == {False: (3, 1), None: (2, 2), True: (1, 3)}[dynamic], specengine.recompile_reasons(cfn)
+
+
+@pytest.mark.parametrize("dynamic", [None, True, False])
+@pytest.mark.parametrize("source", SOURCES)
+def test_an_array_changed_in_place_is_not_served_the_old_entry(source: str, dynamic: Any) -> None:
+    f, bind = _program(source, "return x * float(c.sum())")
+    cfn = specengine.compile(f, dynamic=dynamic)
+    a = np.array([1.0, 2.0])
+    x = torch.randn(2)
+    for change in (None, (0, 5.0), None, (1, -0.0), (1, 0.0), None):
+        if change is not None:
+            a[change[0]] = change[1]
+        args = (x, *bind(a))
+        _same(cfn(*args), f(*args))
+    assert counts(cfn) == (4, 2)  # three changes of contents miss; -0.0 after 0.0 too (the bytes differ)

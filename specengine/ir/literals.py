@@ -20,8 +20,11 @@ import math
 import sys
 from typing import Any
 
+import torch
+
 _EXACT = frozenset({type(None), bool, int, float, complex, str, bytes, type(Ellipsis)})
 _BASES = (bool, int, float, complex, str, bytes)  # (bool has no subclasses)
+_TORCH_VALUES = frozenset({torch.device, torch.dtype, torch.layout, torch.memory_format})
 NO_BASE = object()  # base_value's answer for a value that stands for no builtin value
 
 
@@ -52,6 +55,23 @@ def is_exact(v: Any) -> bool:
 def _numpy_scalar(v: Any) -> bool:
     np = sys.modules.get("numpy")
     return np is not None and type(v).__module__ == "numpy" and isinstance(v, np.generic) and v.ndim == 0
+
+
+def numpy_array(v: Any) -> bool:
+    """A numpy array of numbers (exactly `numpy.ndarray`): a value by its dtype, shape and contents."""
+    np = sys.modules.get("numpy")
+    return np is not None and type(v) is np.ndarray and v.dtype.kind in "biufc"
+
+
+def snapshot(v: Any) -> Any:
+    """What a guard holds to compare `v` with on later calls: a read-only copy of an array (the caller's may be
+    changed in place), `v` itself for immutable values."""
+    if numpy_array(v):
+        v = v.copy()
+        v.flags.writeable = False
+    elif type(v) is tuple:
+        return tuple(snapshot(x) for x in v)
+    return v
 
 
 def base_value(v: Any) -> Any:
@@ -108,6 +128,10 @@ def exact_key(v: Any, depth: int = 0) -> Any:
         return (t, tuple((exact_key(k, depth + 1), exact_key(x, depth + 1)) for k, x in v.items()))
     if depth < 16 and t is slice:
         return (t, tuple(exact_key(x, depth + 1) for x in (v.start, v.stop, v.step)))
+    if numpy_array(v):
+        return ("ndarray", v.dtype.str, v.shape, v.tobytes())  # (bytes: signs of zeros and NaNs as they are)
+    if t in _TORCH_VALUES:
+        return (t, v)  # (devices are equal, not identical, from one tensor to the next)
     if issubclass(type(v), enum.Enum):
         return ("id", id(v))  # members are singletons
     if number_like(v) and plain_state(v):
@@ -130,6 +154,8 @@ def show(v: Any, depth: int = 0) -> str:
     if issubclass(type(v), enum.Enum):
         name = object.__getattribute__(v, "_name_")
         return f"{type_name(t)}.{name if type(name) is str else '?'}"
+    if numpy_array(v):
+        return f"ndarray(shape={v.shape}, dtype={v.dtype.str})"
     base = base_value(v)
     if base is not NO_BASE:
         return f"{type_name(t)}({literal(base)})"

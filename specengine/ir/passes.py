@@ -54,6 +54,10 @@ def _cse_key(value: Any, swap: dict[int, Any]) -> Any:
             return ("num", x.python_type, x.expr)
         if isinstance(x, Proxy):
             return ("proxy", id(swap.get(id(x), x)))
+        if isinstance(x, E.Expr):
+            return ("expr", x)
+        if isinstance(x, FloatExpr):
+            return ("fexpr", x.to_python())
         return exact_key(x)
 
     return tuple(leaf(x) for x in tree_leaves(value)), exact_key(_structure(value))

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from specengine.ir.literals import exact_key, number_like, plain_state, show, source_key
+from specengine.ir.literals import exact_key, number_like, numpy_array, plain_state, show, snapshot, source_key
 
 _ABSENT = object()  # what a guarded read gives for a missing attribute or key
 _SCALARS = (int, str, bytes, complex, bool, type(None), type(Ellipsis), type(NotImplemented))
@@ -29,6 +29,8 @@ def has_value_semantics(v: Any, depth: int = 0) -> bool:
     """Whether equal values of this type behave the same everywhere (so an equal, non-identical one may be served)."""
     t = type(v)
     if t in _SCALARS or t is float or t is torch.device:
+        return True
+    if numpy_array(v):  # by dtype, shape and contents (a snapshot: prologue/external.py's fail_source)
         return True
     if number_like(v) and not isinstance(v, enum.Enum):  # an int subclass, a numpy scalar: by type and base value
         return plain_state(v)
@@ -45,6 +47,8 @@ def same_value(a: Any, b: Any) -> bool:
     """Strict equality for values with value semantics: same types all the way down, floats by sign and NaN too."""
     if type(a) is not type(b):
         return False
+    if numpy_array(a):
+        return exact_key(a) == exact_key(b)
     if type(a) not in _SCALARS and number_like(a):
         return plain_state(b) and exact_key(a) == exact_key(b)
     if type(a) in (float, complex):  # by sign of zero, NaN equal to NaN
@@ -84,7 +88,7 @@ def fail_source(x: str, v: Any, name: Callable[[Any, str], str]) -> str:
     if type(v) in (int, str, bytes):
         return f"type(_e := {x}) is not {type(v).__name__} or _e != {name(v, 'const')}"
     if has_value_semantics(v):
-        return f"not {name(same_value, 'same_value')}({x}, {name(v, 'const')})"
+        return f"not {name(same_value, 'same_value')}({x}, {name(snapshot(v), 'const')})"
     return f"{x} is not {name(v, 'obj')}"
 
 
