@@ -110,6 +110,7 @@ FAMILIES = [
 USES = [
     ("arith", ("int", "float", "complex"), "return 1 / (x * c + 0.0)"),
     ("size", ("int",), "return torch.zeros(c) + x.sum()"),
+    ("size", ("int",), "return x.new_zeros(x.shape[0] * c) + 1"),
     ("branch", ("int",), "return x + 1 if c > 1 else x - 1"),
     ("branch", ("float",), "return x + 1 if math.copysign(1.0, c) > 0 and c < 1.0 else x - 1"),
     ("branch", ("complex",), "return x + 1 if math.copysign(1.0, c.imag) > 0 else x - 1"),
@@ -242,10 +243,13 @@ def test_constants(family: Family, use: str, body: str, source: str, dynamic: An
         assert CALLED == [], f"payload methods ran: {CALLED}"
         _same(got, expected)
     assert counts(cfn) == (misses, hits), specengine.recompile_reasons(cfn)
-    for n in (0, 1, 3):  # other sizes with the first value: each miss is one that the dynamic mode explains
+    before = counts(cfn)
+    for n in (0, 1, 3):  # other sizes with the first value: a miss per size (False), one (None), none (True)
         xs = torch.randn(n)
         args = (xs, *bind(makers[0]()))
         _same(cfn(*args), _eager(f, args))
+    extra = {False: 3, None: 1, True: 0}[dynamic]
+    assert counts(cfn) == (before[0] + extra, before[1] + 3 - extra), specengine.recompile_reasons(cfn)
     for entry in specengine.cache_entries(cfn):
         for trace in entry.traces:
             assert "__import__" not in str(trace)

@@ -13,7 +13,7 @@ from specengine.codegen import signature_source
 from specengine.constraints import expr as E
 from specengine.constraints.floats import FloatExpr
 from specengine.constraints.solver import Solution
-from specengine.ir.literals import show, source_key
+from specengine.ir.literals import literal, show, source_key
 from specengine.ops.outside import reach
 from specengine.prologue.codegen import Check, Guard, Prologue
 from specengine.prologue.external import _ABSENT, ObjGuard, fail_source, has_value_semantics
@@ -404,6 +404,6 @@ def _settings_checks(st: _Steps, reads: tuple) -> None:
     `torch.backends.cudnn.deterministic`)."""
     for name, args, value, real_getter, text in reads:
         getter = st.name(real_getter, name.rpartition(".")[2])
-        call = f"{getter}({', '.join(map(repr, args))})"
+        call = f"{getter}({', '.join(literal(a) or st.name(a, 'arg') for a in args)})"  # (never a user's repr)
         op = "is not" if isinstance(value, (bool, torch.dtype)) or value is None else "!="
-        st.check(f"{call} {op} {st.name(value, 'setting')}", f"{text} == {value!r}", (text, call))
+        st.check(f"{call} {op} {st.name(value, 'setting')}", f"{text} == {show(value)}", (text, call))
