@@ -315,3 +315,26 @@ def test_an_array_changed_in_place_is_not_served_the_old_entry(source: str, dyna
         args = (x, *bind(a))
         _same(cfn(*args), f(*args))
     assert counts(cfn) == (4, 2)  # three changes of contents miss; -0.0 after 0.0 too (the bytes differ)
+
+
+def test_constants_are_globals_of_the_printed_trace() -> None:
+    def f(x, c, a):
+        return torch.mul(x, c), c * 2, torch.as_tensor(a) + x
+
+    cfn = specengine.compile(f, dynamic=True)
+    a = np.array([1.0, 2.0])
+    x = torch.randn(2)
+    for c in (Mode.TWO, PInt(2), np.float32(2.5)):
+        _same(cfn(x, c, a), f(x, c, a))
+        trace = specengine.last_traces(cfn)[-1]
+        source = str(trace)
+        assert "_c0.copy()" in source and "__import__" not in source and "Mode" not in source  # (the array)
+        ns = {**specengine.ir.trace.trace_globals(), **trace.constants()}
+        exec(source, ns)
+        got, expected = ns[trace.name](x), f(x, c, a)
+        tensors = [v for v in got if isinstance(v, torch.Tensor)]  # (constant outputs are the entry's, not traced)
+        _same(tuple(tensors), (expected[0], expected[2]))
+    a_new = a.copy()
+    a[0] = 7.0  # the first call's array changed in place: the entry holds the contents it checked
+    _same(cfn(x, np.float32(2.5), a_new), f(x, np.float32(2.5), a_new))
+    assert counts(cfn) == (3, 1) and CALLED == []

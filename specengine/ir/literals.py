@@ -233,7 +233,7 @@ class Constants:
         name = self._names.get(id(v))
         if name is None:
             name = self._names[id(v)] = f"{self.prefix}{len(self.values)}"
-            self.values[name] = v
+            self.values[name] = snapshot(v)  # (an array: a read-only copy, whatever the caller does to theirs)
         return name
 
     def source(self, v: Any) -> str:

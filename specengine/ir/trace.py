@@ -13,7 +13,7 @@ import torch
 from specengine.codegen import exec_source
 from specengine.constraints.expr import Expr
 from specengine.constraints.floats import FloatExpr
-from specengine.ir.literals import Constants, literal, type_name
+from specengine.ir.literals import Constants, literal, numpy_array, type_name
 from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy
 from specengine.ir.symbol import BoundSymbol, Symbol, tree_leaves
 
@@ -119,7 +119,10 @@ def format_value(x: Any, consts: Constants | None = None) -> str:
         return f"slice({format_value(x.start, consts)}, {format_value(x.stop, consts)}, {format_value(x.step, consts)})"
     if isinstance(x, torch.Tensor):
         raise TypeError(f"cannot print a {type_name(type(x))} in a trace (only proxies)")
-    return (consts if consts is not None else Constants()).name(x)
+    name = (consts if consts is not None else Constants()).name(x)
+    if numpy_array(x):  # a fresh copy per call of the contents the prologue checked (the caller's may change)
+        return f"{name}.copy()"
+    return name
 
 
 def _holds_traced(x: Any) -> bool:
