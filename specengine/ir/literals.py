@@ -16,6 +16,7 @@ No `repr`, `str`, `format` or `__index__` of a user object ever runs here, and n
 from __future__ import annotations
 
 import enum
+import hashlib
 import math
 import sys
 from typing import Any
@@ -61,6 +62,11 @@ def numpy_array(v: Any) -> bool:
     """A numpy array of numbers (exactly `numpy.ndarray`): a value by its dtype, shape and contents."""
     np = sys.modules.get("numpy")
     return np is not None and type(v) is np.ndarray and v.dtype.kind in "biufc"
+
+
+def same_array(a: Any, b: Any) -> bool:
+    """Two numpy arrays of one type, dtype and shape with the same bytes (-0.0 is not 0.0; equal NaNs match)."""
+    return type(a) is type(b) and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def snapshot(v: Any) -> Any:
@@ -128,8 +134,8 @@ def exact_key(v: Any, depth: int = 0) -> Any:
         return (t, tuple((exact_key(k, depth + 1), exact_key(x, depth + 1)) for k, x in v.items()))
     if depth < 16 and t is slice:
         return (t, tuple(exact_key(x, depth + 1) for x in (v.start, v.stop, v.step)))
-    if numpy_array(v):
-        return ("ndarray", v.dtype.str, v.shape, v.tobytes())  # (bytes: signs of zeros and NaNs as they are)
+    if numpy_array(v):  # (a digest of the bytes: signs of zeros and NaNs as they are; guards compare the bytes)
+        return ("ndarray", v.dtype.str, v.shape, hashlib.blake2b(v.tobytes(), digest_size=16).hexdigest())
     if t in _TORCH_VALUES:
         return (t, v)  # (devices are equal, not identical, from one tensor to the next)
     if issubclass(type(v), enum.Enum):

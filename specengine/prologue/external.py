@@ -18,7 +18,16 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from specengine.ir.literals import exact_key, number_like, numpy_array, plain_state, show, snapshot, source_key
+from specengine.ir.literals import (
+    exact_key,
+    number_like,
+    numpy_array,
+    plain_state,
+    same_array,
+    show,
+    snapshot,
+    source_key,
+)
 
 _ABSENT = object()  # what a guarded read gives for a missing attribute or key
 _SCALARS = (int, str, bytes, complex, bool, type(None), type(Ellipsis), type(NotImplemented))
@@ -48,7 +57,7 @@ def same_value(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     if numpy_array(a):
-        return exact_key(a) == exact_key(b)
+        return same_array(a, b)
     if type(a) not in _SCALARS and number_like(a):
         return plain_state(b) and exact_key(a) == exact_key(b)
     if type(a) in (float, complex):  # by sign of zero, NaN equal to NaN
