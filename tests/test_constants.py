@@ -118,6 +118,7 @@ USES = [
     ("kwarg", ("int", "float", "complex"), "return torch.full((2,), fill_value=c) * x.sum()"),
     ("kwarg", ("str",), "return torch.div(x, 3, rounding_mode=c)"),
     ("returned", ("int", "float", "complex"), "return x + 1, c * 2, -c"),
+    ("data", ("int", "float", "complex"), "return x + 1, torch.tensor(c), torch.as_tensor([c, c])"),
     ("returned", ("str",), "return x + 1, c + '_x', c[:2]"),
     ("arith", ("array",), "return 1 / (x * torch.as_tensor(c)[:1]), 1 / (x * c[0])"),
     ("size", ("array",), "return x.new_zeros(c.shape[0]) + x.sum()"),
@@ -197,7 +198,7 @@ def _cases():
 
 def _entry_key(value: Any, index: int, source: str, dynamic: Any) -> Any:
     """Which entry serves `value`: an int or float argument under dynamic=True is symbolic (any value of its type,
-    `0.0` after `-0.0` too: the computation reads the sign at run time) unless a branch pins it; any other value
+    `0.0` after `-0.0` too: the computation reads the sign at run time) unless a branch or a kernel pins it; any other value
     has an entry of its own."""
     if dynamic is True and source == "argument" and type(value) in (int, float):
         return type(value)
@@ -236,7 +237,7 @@ def test_constants(family: Family, use: str, body: str, source: str, dynamic: An
             assert CALLED == [], f"payload methods ran: {CALLED}"
             continue
         assert CALLED == [], f"eager ran payload methods: {CALLED}"
-        key = _entry_key(makers[i](), i, source if use != "branch" else "pinned", dynamic)
+        key = _entry_key(makers[i](), i, source if use not in ("branch", "data") else "pinned", dynamic)
         misses, hits = misses + (key not in seen), hits + (key in seen)
         seen.add(key)
         got = cfn(x, *bind(makers[i]()))  # (built anew: an equal object, not the one eager saw)

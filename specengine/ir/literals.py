@@ -191,40 +191,44 @@ def source_key(k: Any) -> str:
     return text
 
 
-def _torch_reads(v: Any) -> Any:
+def _torch_reads(v: Any, data: bool = False) -> Any:
     """The builtin value torch's argument parser reads from `v`: an int, float, complex or str subclass by its base
     value (torch reads the C value, never a method), a numpy integer or floating scalar by its value; else `v`."""
     t = type(v)
     if t in _EXACT:
         return v
+    if data and type(v).__module__ == "numpy":
+        return v  # (np.float64 is a float subclass: as data, torch keeps its dtype)
     if issubclass(type(v), _BASES):
         return base_value(v)
-    if _numpy_scalar(v) and v.dtype.kind in "iuf":  # (numpy bools and complex64 are read otherwise: kept)
+    if not data and _numpy_scalar(v) and v.dtype.kind in "iuf":  # (numpy bools and complex64 are read otherwise: kept)
         return v.item()
     return v
 
 
-def as_torch_reads(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def as_torch_reads(args: tuple, kwargs: dict, data: bool = False) -> tuple[tuple, dict]:
     """`args` and `kwargs` of a torch call with each number or string of another type replaced by the builtin value
-    torch reads from it, so that rules see what eager's kernels see (an IntEnum size, a numpy scalar factor)."""
-    if not any(_foreign(a) for a in args) and not any(_foreign(v) for v in kwargs.values()):
+    torch reads from it, so that rules see what eager's kernels see (an IntEnum size, a numpy scalar factor).
+    `data`: the call reads its arguments as data (`torch.tensor`, `as_tensor`), which keeps a numpy scalar's
+    dtype: numpy scalars stay."""
+    if not any(_foreign(a, data) for a in args) and not any(_foreign(v, data) for v in kwargs.values()):
         return args, kwargs
-    return tuple(_deep(a) for a in args), {k: _deep(v) for k, v in kwargs.items()}
+    return tuple(_deep(a, data) for a in args), {k: _deep(v, data) for k, v in kwargs.items()}
 
 
-def _foreign(v: Any, depth: int = 0) -> bool:
+def _foreign(v: Any, data: bool, depth: int = 0) -> bool:
     t = type(v)
     if t in _EXACT:
         return False
     if t in (tuple, list):
-        return depth < 4 and any(_foreign(x, depth + 1) for x in v)
-    return _torch_reads(v) is not v
+        return depth < 4 and any(_foreign(x, data, depth + 1) for x in v)
+    return _torch_reads(v, data) is not v
 
 
-def _deep(v: Any, depth: int = 0) -> Any:
+def _deep(v: Any, data: bool, depth: int = 0) -> Any:
     if type(v) in (tuple, list) and depth < 4:
-        return type(v)(_deep(x, depth + 1) for x in v)
-    return _torch_reads(v)
+        return type(v)(_deep(x, data, depth + 1) for x in v)
+    return _torch_reads(v, data)
 
 
 class Constants:

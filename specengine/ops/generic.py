@@ -364,7 +364,7 @@ def generic_method(name: str) -> Any:
     if callable(attr) and not isinstance(attr, type):
 
         def method(self: TensorProxy, *args: Any, **kwargs: Any) -> Any:
-            args, kwargs = as_torch_reads(args, kwargs)
+            args, kwargs = as_torch_reads(args, kwargs, name == "new_tensor")
             return generic_call(attr, (self, *args), kwargs)
 
         return method
