@@ -41,6 +41,7 @@ from typing import Any, Iterator
 
 from specengine.capture.library import is_library
 from specengine.errors import UnsupportedOpError
+from specengine.ir.literals import show
 from specengine.prologue.external import has_value_semantics
 
 _FRAMEWORKS = frozenset({"torch", "functorch", "numpy", "specengine", "z3", "builtins"})
@@ -273,7 +274,7 @@ def put_back(snapshots: dict) -> tuple | None:
             else:
                 d[key] = old
             if first is None:
-                what = f"the global {key!r}" if own else f"{d.get('__name__', 'a module')}.{key}"
+                what = f"the global {show(key)}" if own else f"{d.get('__name__', 'a module')}.{key}"
                 first = (what, key, code)
     return first
 

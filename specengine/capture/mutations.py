@@ -34,6 +34,7 @@ import torch
 import torch.nn.modules.module as module_mod
 
 from specengine.errors import UnsupportedOpError
+from specengine.ir.literals import show
 from specengine.ir.proxies import Proxy
 from specengine.prologue.fields import PLAIN_LIBRARY
 from specengine.prologue.structure import _GLOBAL_HOOKS, _HOOKS, INTERNAL
@@ -44,6 +45,14 @@ _MAX_OBJECTS = 20000
 _SKIP = (torch.Tensor, torch.nn.Module, type, types.ModuleType, types.BuiltinFunctionType, types.CodeType,
          torch.dtype, torch.device, torch.layout, torch.memory_format, str, bytes, int, float, complex, bool,
          type(None), range, slice)  # fmt: skip
+
+
+def _item(k: Any) -> str:
+    return f"[{show(k)}]"  # (never a key's own repr or format: a user class's may be anything)
+
+
+def _attr(k: Any) -> str:
+    return f".{show(k)[1:-1]}" if type(k) is str else f".{show(k)}"
 
 
 class _Walk:
@@ -63,7 +72,7 @@ class _Walk:
         if isinstance(v, type) and id(v) not in self.seen and depth <= _MAX_DEPTH and not _library_class(v):
             self.seen[id(v)] = where  # a program's class: its attributes (`Counter.calls += 1`)
             self.snaps.append((where, v, "class", dict(vars(v)), self.root))
-            self._children(where, [(k, x) for k, x in vars(v).items() if not k.startswith("__")], depth, ".{}")
+            self._children(where, [(k, x) for k, x in vars(v).items() if not k.startswith("__")], depth, _attr)
             return
         if isinstance(v, _SKIP) or id(v) in self.seen or id(v) in self.skip or isinstance(v, Proxy):
             return  # (proxies: the state tensors and ints that tracing swapped in)
@@ -72,15 +81,15 @@ class _Walk:
         self.seen[id(v)] = where
         if isinstance(v, (list, collections.deque)):
             self.snaps.append((where, v, "list", list(v), self.root))
-            self._children(where, enumerate(v), depth, "[{}]")
+            self._children(where, enumerate(v), depth, _item)
         elif isinstance(v, dict):
             self.snaps.append((where, v, "dict", list(dict.items(v)), self.root))
-            self._children(where, dict.items(v), depth, "[{!r}]")
+            self._children(where, dict.items(v), depth, _item)
         elif isinstance(v, (set, frozenset)):
             if isinstance(v, set):
                 self.snaps.append((where, v, "set", set.copy(v), self.root))
         elif isinstance(v, tuple):
-            self._children(where, enumerate(v), depth, "[{}]")
+            self._children(where, enumerate(v), depth, _item)
         elif isinstance(v, types.FunctionType):
             if depth == 0:  # hooks and the compiled function (not every function reachable: library memos)
                 self.function(where, v, hook)
@@ -90,9 +99,9 @@ class _Walk:
         else:
             self._object(where, v, depth)
 
-    def _children(self, where: str, items: Any, depth: int, fmt: str) -> None:
+    def _children(self, where: str, items: Any, depth: int, fmt: Callable[[Any], str]) -> None:
         for k, x in list(items):
-            self.visit(where + fmt.format(k), x, depth + 1)
+            self.visit(where + fmt(k), x, depth + 1)
 
     def _object(self, where: str, v: Any, depth: int) -> None:
         if isinstance(v, functools.partial):  # (a hook bound to a list it fills)
@@ -102,12 +111,12 @@ class _Walk:
         state = getattr(v, "__dict__", None)
         if type(state) is dict:
             self.snaps.append((where, state, "attrs", list(state.items()), self.root))
-            self._children(where, state.items(), depth, ".{}")
+            self._children(where, state.items(), depth, _attr)
         slots = [s for c in type(v).__mro__ for s in _slot_names(c)]
         if slots:
             values = {s: getattr(v, s, _MISSING) for s in slots}
             self.snaps.append((where, v, "slots", values, self.root))
-            self._children(where, values.items(), depth, ".{}")
+            self._children(where, values.items(), depth, _attr)
 
     def function(self, where: str, fn: types.FunctionType, globals_too: bool, depth: int = 0) -> None:
         """A function's closure cells, defaults and the values of the globals its code names; with `globals_too`
@@ -171,13 +180,13 @@ def _changed(kind: str, obj: Any, old: Any) -> str | None:
         same = len(obj) == len(old) and all(a is b for a, b in zip(items, old))
         return None if same else ""
     if kind in ("dict", "attrs"):
-        fmt = ".{}" if kind == "attrs" else "[{!r}]"
+        fmt = _attr if kind == "attrs" else _item
         for k, v in old:
             if dict.get(obj, k, _MISSING) is not v:
-                return fmt.format(k)
+                return fmt(k)
         new = [k for k in dict.keys(obj) if k not in dict(old)]
         if new:
-            return fmt.format(new[0])
+            return fmt(new[0])
         return None if list(dict.keys(obj)) == [k for k, _ in old] else ""
     if kind == "set":
         return None if obj == old else ""

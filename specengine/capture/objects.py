@@ -31,6 +31,7 @@ from specengine.constraints.expr import Expr
 from specengine.constraints.floats import FloatExpr
 from specengine.ir import context as trace_context
 from specengine.ir.base import check_value
+from specengine.ir.literals import numpy_array
 from specengine.ir.proxies import NumberProxy, Proxy, SymSize, as_original, unflatten_size, unsupported
 
 Build = Callable[[tuple, tuple, dict], Any]  # (computed leaves, caller's objects, per-call memo) -> value
@@ -205,6 +206,8 @@ class _Planner:
             return lambda r, o, m: slice(*(f(r, o, m) for f in parts))
         if isinstance(v, _IMMUTABLE) or _immutable_number(v) or id(v) in self.shadows.constants:
             return _constant(v)
+        if numpy_array(v):  # computed from guarded values (by contents): a new array per call, as eager returns
+            return lambda r, o, m: v.copy()
         if isinstance(v, torch.Tensor):
             raise unsupported("returning a tensor not computed from the inputs",
                               "pass the tensor as an argument, or register it as a module buffer")  # fmt: skip

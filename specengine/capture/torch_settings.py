@@ -23,6 +23,7 @@ from specengine.capture import backend_flags, environ
 from specengine.capture.setting_reads import _SPECENGINE, _quiet, note_read, quiet  # noqa: F401 - re-exported
 from specengine.errors import UnsupportedOpError
 from specengine.ir import context
+from specengine.ir.literals import show
 from specengine.ir.proxies import unsupported
 
 # getter name -> whether specengine's own calls count (they note the dependency themselves where it matters)
@@ -125,10 +126,10 @@ def _real(name: str) -> Callable:
 def describe_read(name: str, args: tuple) -> str:
     """`torch.get_float32_matmul_precision()`, `torch.backends.cudnn.deterministic` (an attribute)."""
     if name == environ.READ:
-        return f"os.environ.get({args[0]!r})"
+        return f"os.environ.get({show(args[0])})"
     if backend_flags.is_attribute(name):
         return f"torch.{name}"
-    return f"torch.{name}({', '.join(map(repr, args))})"
+    return f"torch.{name}({', '.join(map(show, args))})"
 
 
 def resolved(reads: tuple) -> tuple:

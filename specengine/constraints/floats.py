@@ -151,6 +151,8 @@ def as_float_expr(x: Any) -> FloatExpr:
         return x
     if isinstance(x, E.Expr):
         return FloatExpr("const", (x.value,)) if x.is_const else FloatExpr("int", (x,))
+    if type(x) not in (int, float, bool):  # a subclass: the value its base type holds (it prints as a literal)
+        x = float.__float__(x) if issubclass(type(x), float) else int.__int__(x)
     return FloatExpr("const", (x,))
 
 

@@ -19,6 +19,7 @@ from specengine.constraints import expr as E
 from specengine.constraints import floats
 from specengine.ir import context, proxies
 from specengine.ir.base import check_value
+from specengine.ir.literals import base_value
 from specengine.ir.proxies import NumberProxy, _prims
 from specengine.ir.symbol import BoundSymbol
 from specengine.provenance import user_frame
@@ -457,7 +458,7 @@ def _foreign_aware(name: str, method: Callable, reflected: bool) -> Callable:
         if t in _NATIVE or rest or not isinstance(other, numbers.Number):
             return method(self, other, *rest)
         if isinstance(other, int) and getattr(t, mirror, None) is getattr(int, mirror, None):
-            return method(self, int(other))
+            return method(self, base_value(other))  # (int's own slot: never the subclass's __int__)
         value = concrete(self)
         return py(other, value) if reflected else py(value, other)
 

@@ -7,6 +7,7 @@ from typing import Any, Callable, Mapping
 from specengine.constraints import expr as E
 from specengine.constraints import unbacked
 from specengine.constraints.floats import FloatExpr
+from specengine.ir.literals import exact_key
 from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy
 from specengine.ir.symbol import BoundSymbol, tree_leaves, tree_map
 from specengine.ir.trace import DEL, Trace
@@ -43,20 +44,23 @@ def dce(trace: Trace) -> Trace:
 
 
 def _cse_key(value: Any, swap: dict[int, Any]) -> Any:
-    """A hashable key: tensors by identity, numbers by their symbolic value, constants by value."""
+    """A hashable key: tensors by identity, numbers by their symbolic value and Python type, constants by
+    `exact_key` (`0.0` and `-0.0`, `1`, `True` and `1.0`, complex signed zeros stay apart)."""
 
     def leaf(x: Any) -> Any:
         if isinstance(x, NumberProxy):
-            return ("num", x.expr)
+            if isinstance(x.expr, FloatExpr):  # (float constants compare equal across signed zeros: key the text)
+                return ("float", x.python_type, x.expr.to_python())
+            return ("num", x.python_type, x.expr)
         if isinstance(x, Proxy):
             return ("proxy", id(swap.get(id(x), x)))
-        try:
-            hash(x)
-        except TypeError:
-            return ("unhashable", id(x))
-        return (type(x), x)
+        if isinstance(x, E.Expr):
+            return ("expr", x)
+        if isinstance(x, FloatExpr):
+            return ("fexpr", x.to_python())
+        return exact_key(x)
 
-    return tuple(leaf(x) for x in tree_leaves(value)), repr(_structure(value))
+    return tuple(leaf(x) for x in tree_leaves(value)), exact_key(_structure(value))
 
 
 def _structure(value: Any) -> Any:

@@ -13,6 +13,7 @@ import torch
 from specengine.codegen import exec_source
 from specengine.constraints.expr import Expr
 from specengine.constraints.floats import FloatExpr
+from specengine.ir.literals import Constants, literal, numpy_array, type_name
 from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy
 from specengine.ir.symbol import BoundSymbol, Symbol, tree_leaves
 
@@ -58,6 +59,13 @@ class Trace:
     def python(self) -> str:
         return TracePrinter(self).render()
 
+    def constants(self) -> dict[str, Any]:
+        """The globals that `str(trace)` reads its non-literal constants from (`_c0`, ...): run the source with
+        `trace_globals() | trace.constants()`."""
+        printer = TracePrinter(self)
+        printer.render()
+        return dict(printer.consts.values)
+
     def __str__(self) -> str:
         return self.python()
 
@@ -74,43 +82,51 @@ class Trace:
                 glb[module] = types.SimpleNamespace()
             if module and isinstance(glb[module], types.SimpleNamespace):
                 setattr(glb[module], bsym.sym.name, bsym.sym.impl)
-        return exec_source(self.python(), self.name, glb)
+        printer = TracePrinter(self)
+        source = printer.render()
+        return exec_source(source, self.name, {**glb, **printer.consts.values})
 
 
-def format_value(x: Any) -> str:
-    """Python source for an argument value."""
+def format_value(x: Any, consts: Constants | None = None) -> str:
+    """Python source for an argument value: a literal only for exact builtin constants; any other constant is a
+    global named through `consts` (by reference: its `repr` never reaches the source). Real tensors are refused."""
     if isinstance(x, NumberProxy):
         if isinstance(x.expr, FloatExpr):
             return x.expr.to_python()  # float arithmetic is not recorded as ops: print the expression
-        return repr(x.expr.value) if x.expr.is_const else x.name
+        return literal(x.expr.value) if x.expr.is_const else x.name
     if isinstance(x, Proxy):
         return x.name
     if isinstance(x, (Expr, FloatExpr)):
         return x.to_python()
+    text = literal(x)
+    if text is not None:
+        return text
     if isinstance(x, (torch.dtype, torch.memory_format, torch.layout)):
         return str(x)
-    if isinstance(x, torch.device):
+    if type(x) is torch.device:
         return f"torch.device({str(x)!r})"
-    if isinstance(x, float) and not math.isfinite(x):
-        return f"float({str(x)!r})"
-    if type(x) is complex:  # (a repr like (inf+1j) is not Python)
-        return f"complex({format_value(x.real)}, {format_value(x.imag)})"
     if isinstance(x, tuple) and type(x).__module__ == "torch.return_types":
-        return f"torch.return_types.{type(x).__name__}(({', '.join(format_value(v) for v in x)},))"
-    if isinstance(x, tuple):
-        inner = ", ".join(format_value(v) for v in x)
+        return f"torch.return_types.{type(x).__name__}(({', '.join(format_value(v, consts) for v in x)},))"
+    traced = type(x) in (tuple, list, dict) or (isinstance(x, (tuple, list, dict)) and _holds_traced(x))
+    if traced and isinstance(x, tuple):  # (a subclass holding proxies, such as a shape, prints as a tuple)
+        inner = ", ".join(format_value(v, consts) for v in x)
         return f"({inner},)" if len(x) == 1 else f"({inner})"
-    if isinstance(x, list):
-        return "[" + ", ".join(format_value(v) for v in x) + "]"
-    if isinstance(x, dict):
-        return "{" + ", ".join(f"{k!r}: {format_value(v)}" for k, v in x.items()) + "}"
-    if isinstance(x, slice):
-        return f"slice({format_value(x.start)}, {format_value(x.stop)}, {format_value(x.step)})"
-    if x is Ellipsis:
-        return "..."
-    if x is None or isinstance(x, (bool, int, float, str)):
-        return repr(x)
-    raise TypeError(f"cannot print {type(x).__name__} value {x!r} in a trace")
+    if traced and isinstance(x, list):
+        return "[" + ", ".join(format_value(v, consts) for v in x) + "]"
+    if traced:
+        return "{" + ", ".join(f"{format_value(k, consts)}: {format_value(v, consts)}" for k, v in x.items()) + "}"
+    if type(x) is slice:
+        return f"slice({format_value(x.start, consts)}, {format_value(x.stop, consts)}, {format_value(x.step, consts)})"
+    if isinstance(x, torch.Tensor):
+        raise TypeError(f"cannot print a {type_name(type(x))} in a trace (only proxies)")
+    name = (consts if consts is not None else Constants()).name(x)
+    if numpy_array(x):  # a fresh copy per call of the contents the prologue checked (the caller's may change)
+        return f"{name}.copy()"
+    return name
+
+
+def _holds_traced(x: Any) -> bool:
+    return any(isinstance(v, (Proxy, Expr, FloatExpr)) for v in tree_leaves(x))
 
 
 def type_comment(x: Any) -> str:
@@ -125,11 +141,12 @@ class TracePrinter:
     def __init__(self, trace: Trace):
         self.trace = trace
         self.used = _used_names(trace)
+        self.consts = Constants()
 
     def render(self) -> str:
         t = self.trace
         lines = [f"# Constructed by {t.provenance}", HEADER.rstrip("\n"), ""]
-        lines.append(f"def {t.name}({', '.join(format_value(p) for p in t.params)}):")
+        lines.append(f"def {t.name}({', '.join(format_value(p, self.consts) for p in t.params)}):")
         lines += [f"  # {c}" for p in t.params if (c := type_comment(p))]
         restore = _state_restores(t.bsyms)
         indent = "    " if restore else "  "
@@ -142,7 +159,7 @@ class TracePrinter:
                 lines.append(f"\n{indent}# {src.filename}:{src.lineno}: \t{src.source_line}")
                 last_source = (src.filename, src.lineno)
             lines += self.bsym_lines(bsym, indent, commented=False)
-        lines.append(f"{indent}return {format_value(t.output)}")
+        lines.append(f"{indent}return {format_value(t.output, self.consts)}")
         if restore:  # the torch state the trace changed is set back to the caller's if an op raises
             lines.append("  except BaseException:")
             for b in restore:
@@ -153,7 +170,8 @@ class TracePrinter:
     def bsym_lines(self, bsym: BoundSymbol, indent: str, commented: bool) -> list[str]:
         if bsym.sym is DEL:
             return [f"{indent}del {', '.join(a.name for a in bsym.args)}"]
-        args = [format_value(a) for a in bsym.args] + [f"{k}={format_value(v)}" for k, v in bsym.kwargs]
+        args = [format_value(a, self.consts) for a in bsym.args]
+        args += [f"{k}={format_value(v, self.consts)}" for k, v in bsym.kwargs]
         call = f"{bsym.sym.print_name}({', '.join(args)})"
         outs = self.format_outputs(bsym.output, commented)
         line = call if outs is None else f"{outs} = {call}"

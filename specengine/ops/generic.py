@@ -36,6 +36,7 @@ from specengine.ir import context, proxies
 from specengine.ir import kernel_decisions as K
 from specengine.ir import shape_env as SE
 from specengine.ir import symnode as S
+from specengine.ir.literals import as_torch_reads, show
 from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy, unsupported
 from specengine.ir.symbol import Symbol
 from specengine.ir.trace import format_value
@@ -67,7 +68,7 @@ def op_name(func: Callable) -> str:
         name = next((f"{ns}.{func.__name__}" for ns in _NAMESPACES if _resolve(f"{ns}.{getattr(func, '__name__', '')}")
                      is func), None)  # fmt: skip
     if name is None or _resolve(name) is not func:
-        raise unsupported(repr(func), "it has no symbolic rule and no printable torch name")
+        raise unsupported(show(func), "it has no symbolic rule and no printable torch name")
     return name
 
 
@@ -363,6 +364,7 @@ def generic_method(name: str) -> Any:
     if callable(attr) and not isinstance(attr, type):
 
         def method(self: TensorProxy, *args: Any, **kwargs: Any) -> Any:
+            args, kwargs = as_torch_reads(args, kwargs, name == "new_tensor")
             return generic_call(attr, (self, *args), kwargs)
 
         return method

@@ -13,7 +13,7 @@ import torch
 
 from specengine.ir import context
 from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported
-from specengine.ops import prims
+from specengine.ops import outside, prims
 from specengine.ops.ltorch_creation import _default_float, _device, _finish
 from specengine.ops.registry import has_proxy, torchop
 
@@ -25,7 +25,7 @@ _SCALARS = (bool, int, float, complex, NumberProxy)
 def _is_literal(data: Any) -> bool:
     if isinstance(data, (list, tuple)):
         return all(_is_literal(x) for x in data)
-    return isinstance(data, _SCALARS) and not isinstance(data, TensorProxy)
+    return isinstance(data, _SCALARS) and not isinstance(data, TensorProxy) and type(data).__module__ != "numpy"
 
 
 def _hints(data: Any) -> Any:
@@ -52,7 +52,8 @@ def tensor(data: Any, *, dtype: torch.dtype | None = None, device: Any = None, r
     if not _is_literal(data):
         if has_proxy(data):
             raise unsupported("torch.tensor of traced tensors", "use torch.stack, or x.clone().detach()")
-        return torch.tensor(data, dtype=dtype, device=device, requires_grad=requires_grad, pin_memory=pin_memory)
+        kwargs = {"dtype": dtype, "device": device, "requires_grad": requires_grad, "pin_memory": pin_memory}
+        return outside.constant_factory(torch.tensor, (data,), kwargs)  # (a numpy scalar keeps its dtype)
     if pin_memory:
         raise unsupported("torch.tensor(pin_memory=True)", "pin the tensor outside the compiled function")
     inferred = torch.tensor(_hints(data), dtype=dtype, device="meta").dtype

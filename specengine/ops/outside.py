@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 
 from specengine.ir import context
+from specengine.ir.literals import show
 from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy, is_outside_tensor, unsupported
 from specengine.ir.symbol import Symbol, tree_leaves, tree_map
 from specengine.ir.trace import format_value
@@ -200,7 +201,7 @@ def _print_path(func: Callable) -> tuple[str, str]:
 
 
 def _name(func: Callable) -> str:
-    return torch.overrides.resolve_name(func) or getattr(func, "__name__", repr(func))
+    return torch.overrides.resolve_name(func) or getattr(func, "__name__", None) or show(func)
 
 
 def has_proxy(tree: Any) -> bool:

@@ -15,6 +15,7 @@ import torch
 
 from specengine.constraints import expr as E
 from specengine.ir import context, numbers, proxies, unbacked
+from specengine.ir.literals import literal
 from specengine.ir.proxies import NumberProxy, TensorProxy, value_expr
 from specengine.ir.symbol import Symbol
 
@@ -63,7 +64,7 @@ def new_number(e: E.Expr, python_type: type = int) -> NumberProxy:
     if e.op == "sym":
         name = e.args[0]
     elif e.is_const:
-        name = repr(e.value)
+        name = literal(e.value)
     else:
         name = state.names.fresh("i")
     return NumberProxy(name, e, python_type(hint), python_type)

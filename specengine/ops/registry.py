@@ -9,6 +9,7 @@ from torch.overrides import TorchFunctionMode
 
 from specengine.errors import UnsupportedOpError
 from specengine.ir import context, proxies
+from specengine.ir.literals import as_torch_reads
 from specengine.ir.proxies import Proxy, TensorProxy, is_outside_tensor, unsupported
 from specengine.ir.symbol import Symbol, tree_leaves
 from specengine.ops import outside
@@ -37,6 +38,7 @@ def torch_print_name(fn: Callable) -> tuple[str, str]:
 
 def _as_method(sym: Symbol) -> Callable:
     def method(self: TensorProxy, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = as_torch_reads(args, kwargs, sym.name in _DATA_METHODS)  # (an IntEnum size: what torch reads)
         if any(is_outside_tensor(a) for a in args) or any(is_outside_tensor(v) for v in kwargs.values()):
             args, kwargs = outside.lift((args, kwargs))  # `x * C`: C, closed over from outside, becomes an input
         return sym(self, *args, **kwargs)
@@ -91,6 +93,11 @@ _RANDOM = {getattr(ns, n) for ns, names in (
 ) for n in names if hasattr(ns, n)}  # fmt: skip
 
 
+# torch functions that read their arguments as data: a numpy scalar there keeps its dtype (torch.tensor(np.float64(1)))
+_DATA = frozenset({torch.tensor, torch.as_tensor, torch.asarray, torch.Tensor.new_tensor})
+_DATA_METHODS = frozenset({"new_tensor"})
+
+
 def has_proxy(tree: Any) -> bool:
     return any(isinstance(x, Proxy) for x in tree_leaves(tree))
 
@@ -105,6 +112,7 @@ def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
     An in-place op on a real tensor (one closed over from outside) would mutate it only while tracing, never on
     cached calls: it is rejected. (Meta tensors are the stand-ins that decompositions run torch's checks on.)
     """
+    args, kwargs = as_torch_reads(args, kwargs, func in _DATA)  # numbers, strings of other types: what torch reads
     if func in _INPLACE_VARIANTS and (kwargs.get("inplace") is True or args[1:2] == (True,)):
         func, args, kwargs = _INPLACE_VARIANTS[func], args[:1], {}  # F.relu(x, inplace=True): torch.relu_(x)
     sym = TORCH_TABLE.get(func)

@@ -13,6 +13,7 @@ from specengine.codegen import signature_source
 from specengine.constraints import expr as E
 from specengine.constraints.floats import FloatExpr
 from specengine.constraints.solver import Solution
+from specengine.ir.literals import literal, show, source_key
 from specengine.ops.outside import reach
 from specengine.prologue.codegen import Check, Guard, Prologue
 from specengine.prologue.external import _ABSENT, ObjGuard, fail_source, has_value_semantics
@@ -149,9 +150,13 @@ def _tensor_checks(st: _Steps, spec: TensorSpec) -> None:
 
 
 def _const_check(st: _Steps, spec: ConstSpec) -> None:
+    """A constant argument: exact builtins by type and value (floats by sign and NaN too), numbers of other types
+    (an int subclass, a numpy scalar) by type and base value, anything else (an Enum member too) by identity. Texts
+    show values without calling their methods (`literals.show`)."""
     v, x, p = spec.value, spec.local, spec.path
+    shown = show(v)
     if v is None or isinstance(v, bool) or v is Ellipsis:
-        st.check(f"{x} is not {v!r}", f"{p} is {v!r}", (p, x))
+        st.check(f"{x} is not {shown}", f"{p} is {shown}", (p, x))
     elif type(v) is torch.device:  # (devices are equal, not identical, from one tensor to the next)
         st.check(f"type({x}) is not torch.device or {x} != {st.name(v, 'device')}", f"{p} == {v!r}", (p, x))
     elif type(v) is float and (v != v or v == 0.0):  # NaN is unequal to itself; -0.0 == 0.0 (`copysign` tells)
@@ -160,13 +165,13 @@ def _const_check(st: _Steps, spec: ConstSpec) -> None:
             if v != v
             else f"{x} == 0.0 and {st.name(math.copysign, 'copysign')}(1.0, {x}) == {math.copysign(1.0, v)}"
         )
-        st.check(f"type({x}) is not float or not ({same})", f"{p} is {v!r}", (p, x))
-    elif type(v) in (int, float, str, complex, bytes):
-        st.check(f"type({x}) is not {type(v).__name__} or {x} != {st.name(v, 'const')}", f"{p} == {v!r}", (p, x))
-    elif has_value_semantics(v):  # devices, slices, torch.Size...: an equal object serves, not only the same one
-        st.check(fail_source(x, v, st.name), f"{p} == {v!r}", (p, x))
+        st.check(f"type({x}) is not float or not ({same})", f"{p} is {shown}", (p, x))
+    elif type(v) in (int, float, str, bytes):
+        st.check(f"type({x}) is not {type(v).__name__} or {x} != {st.name(v, 'const')}", f"{p} == {shown}", (p, x))
+    elif has_value_semantics(v):  # complex (signed zeros), devices, slices, torch.Size, int subclasses, numpy scalars
+        st.check(fail_source(x, v, st.name), f"{p} == {shown}", (p, x))
     else:
-        st.check(f"{x} is not {st.name(v, 'obj')}", f"{p} is the object seen at compile time", (p, x))
+        st.check(f"{x} is not {st.name(v, 'obj')}", f"{p} is the object seen at compile time ({shown})", (p, x))
 
 
 def _symbol_sources(specs: InputSpecs) -> dict[str, tuple[Any, int | None]]:
@@ -287,9 +292,9 @@ def _captured_checks(st: _Steps, captured: list) -> None:
             continue  # a state input (prologue/state.py), read on every call
         if kind == "global":
             glb = "_user_globals" if st.glb.setdefault("_user_globals", holder) is holder else st.name(holder, "glb")
-            where, text = f"{glb}.get({name!r}, _absent)", f"global {name}"
+            where, text = f"{glb}.get({source_key(name)}, _absent)", f"global {name}"
         elif kind == "attr":  # an attribute of an imported module (capture/module_reads.py): its __dict__'s entry
-            where, text = f"{st.name(holder, 'mod')}.get({name[0]!r}, _absent)", name[1]
+            where, text = f"{st.name(holder, 'mod')}.get({source_key(name[0])}, _absent)", name[1]
         else:
             cells = "_user_cells" if st.glb.setdefault("_user_cells", holder) is holder else st.name(holder, "cells")
             where, text = f"{cells}[{name[0]}].cell_contents", f"closure variable {name[1]}"
@@ -297,7 +302,8 @@ def _captured_checks(st: _Steps, captured: list) -> None:
 
 
 def _object_check(st: _Steps, read: str, text: str, value: Any) -> None:
-    shown = f"{text} == {value!r}" if has_value_semantics(value) else f"{text} is the object seen at compile time"
+    same = f"{text} is the object seen at compile time ({show(value)})"
+    shown = f"{text} == {show(value)}" if has_value_semantics(value) else same
     st.check(fail_source(read, value, st.name), shown, (text, read))
 
 
@@ -316,7 +322,7 @@ def _lifted_checks(st: _Steps, lifted: list) -> None:
         x, shape = proxy.name, tuple(t.shape)
         st.steps.append(f"{x} = {st.name(t, x)}")
         read = f"{st.name(reach, 'reach')}({st.name(root, 'root')}, {st.name(steps, 'steps')})"
-        text = "".join(f"[{k!r}]" if kind == "item" else f".{k}" for kind, k in steps)
+        text = "".join(f"[{show(k)}]" if kind == "item" else f".{k}" for kind, k in steps)
         st.check(f"{read} is not {x}", f"the tensor closed over as {x} is still reached as <root>{text}",
                  (f"<root>{text}", read))  # fmt: skip
         dtype = st.name(t.dtype, str(t.dtype).removeprefix("torch."))
@@ -398,6 +404,6 @@ def _settings_checks(st: _Steps, reads: tuple) -> None:
     `torch.backends.cudnn.deterministic`)."""
     for name, args, value, real_getter, text in reads:
         getter = st.name(real_getter, name.rpartition(".")[2])
-        call = f"{getter}({', '.join(map(repr, args))})"
+        call = f"{getter}({', '.join(literal(a) or st.name(a, 'arg') for a in args)})"  # (never a user's repr)
         op = "is not" if isinstance(value, (bool, torch.dtype)) or value is None else "!="
-        st.check(f"{call} {op} {st.name(value, 'setting')}", f"{text} == {value!r}", (text, call))
+        st.check(f"{call} {op} {st.name(value, 'setting')}", f"{text} == {show(value)}", (text, call))

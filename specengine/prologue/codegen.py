@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 from specengine.codegen import exec_source
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
+from specengine.ir.literals import show
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Check:
 
 
 def _show(v: Any) -> str:
-    return v.__name__ if isinstance(v, type) else repr(v)
+    return show(v)  # (never the value's own repr: a user class's may be anything)
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,24 @@ semantics: numbers, strings, devices, slices, tuples of such...) or by identity 
 from __future__ import annotations
 
 import dis
+import enum
 import functools
-import math
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import torch
+
+from specengine.ir.literals import (
+    exact_key,
+    number_like,
+    numpy_array,
+    plain_state,
+    same_array,
+    show,
+    snapshot,
+    source_key,
+)
 
 _ABSENT = object()  # what a guarded read gives for a missing attribute or key
 _SCALARS = (int, str, bytes, complex, bool, type(None), type(Ellipsis), type(NotImplemented))
@@ -28,6 +39,10 @@ def has_value_semantics(v: Any, depth: int = 0) -> bool:
     t = type(v)
     if t in _SCALARS or t is float or t is torch.device:
         return True
+    if numpy_array(v):  # by dtype, shape and contents (a snapshot: prologue/external.py's fail_source)
+        return True
+    if number_like(v) and not isinstance(v, enum.Enum):  # an int subclass, a numpy scalar: by type and base value
+        return plain_state(v)
     if depth > 8:
         return False
     if t in (tuple, frozenset, torch.Size):
@@ -41,12 +56,16 @@ def same_value(a: Any, b: Any) -> bool:
     """Strict equality for values with value semantics: same types all the way down, floats by sign and NaN too."""
     if type(a) is not type(b):
         return False
-    if type(a) is float:
-        return (a == b and math.copysign(1.0, a) == math.copysign(1.0, b)) or (a != a and b != b)
+    if numpy_array(a):
+        return same_array(a, b)
+    if type(a) not in _SCALARS and number_like(a):
+        return plain_state(b) and exact_key(a) == exact_key(b)
+    if type(a) in (float, complex):  # by sign of zero, NaN equal to NaN
+        return exact_key(a) == exact_key(b)
     if type(a) in (tuple, torch.Size):
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
     if type(a) is frozenset:
-        return a == b and same_value(tuple(sorted(map(repr, a))), tuple(sorted(map(repr, b))))
+        return a == b and sorted(map(show, a)) == sorted(map(show, b))
     if type(a) in (slice, range):
         return all(same_value(getattr(a, k), getattr(b, k)) for k in ("start", "stop", "step"))
     return a == b
@@ -68,7 +87,7 @@ class ObjGuard:
     @property
     def key(self) -> tuple:
         """Part of the entry key: equal guards give equal keys, so entries guarding different values never merge."""
-        return (self.text, ("value", type(self.value), repr(self.value)) if self.by_value else ("id", id(self.value)))
+        return (self.text, ("value", exact_key(self.value)) if self.by_value else ("id", id(self.value)))
 
 
 def fail_source(x: str, v: Any, name: Callable[[Any, str], str]) -> str:
@@ -78,7 +97,7 @@ def fail_source(x: str, v: Any, name: Callable[[Any, str], str]) -> str:
     if type(v) in (int, str, bytes):
         return f"type(_e := {x}) is not {type(v).__name__} or _e != {name(v, 'const')}"
     if has_value_semantics(v):
-        return f"not {name(same_value, 'same_value')}({x}, {name(v, 'const')})"
+        return f"not {name(same_value, 'same_value')}({x}, {name(snapshot(v), 'const')})"
     return f"{x} is not {name(v, 'obj')}"
 
 
@@ -130,7 +149,7 @@ def defaults_guards(func: Any, owner: str) -> list[ObjGuard]:
     if kwd is not None:
         out.append(ObjGuard(f"len({key}.__kwdefaults__)", f"len({owner}.__kwdefaults__)", len(kwd), names))
         for k, v in kwd.items():
-            out.append(ObjGuard(f"{key}.__kwdefaults__.get({k!r}, _absent)", f"{owner}.__kwdefaults__[{k!r}]", v,
+            out.append(ObjGuard(f"{key}.__kwdefaults__.get({source_key(k)}, _absent)", f"{owner}.__kwdefaults__[{show(k)}]", v,
                                 names))  # fmt: skip
     return out
 
@@ -145,7 +164,7 @@ def partial_guards(p: functools.partial, owner: str) -> list[ObjGuard]:
     tensor = torch.Tensor  # tensors are inputs (prologue/state.py)
     out += [ObjGuard(f"{key}.args[{i}]", f"{owner}.args[{i}]", v, names) for i, v in enumerate(p.args)
             if not isinstance(v, tensor)]  # fmt: skip
-    out += [ObjGuard(f"{key}.keywords.get({k!r}, _absent)", f"{owner}.keywords[{k!r}]", v, names)
+    out += [ObjGuard(f"{key}.keywords.get({source_key(k)}, _absent)", f"{owner}.keywords[{show(k)}]", v, names)
             for k, v in p.keywords.items() if not isinstance(v, tensor)]  # fmt: skip
     return out
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from specengine.ir.literals import exact_key, show
 from specengine.prologue.external import has_value_semantics
 from specengine.prologue.stamps import Stamp
 
@@ -68,7 +69,7 @@ def _attr_key(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return ("tensor",)  # an input, read and checked on every call
     if has_value_semantics(value):
-        return ("value", type(value), repr(value))
+        return ("value", exact_key(value), show(value))
     return ("id", id(value))
 
 
@@ -148,12 +149,17 @@ class Graph:
             items = list(enumerate(value))
             keys = tuple(_attr_key(v) for _, v in items)
             if isinstance(value, (set, frozenset)):
-                keys = tuple(sorted(keys, key=repr))
+                keys = tuple(sorted(keys, key=_sort_text))
         self.out[f"the contents of {path}"] = _contents_key(value, keys)
         for k, v in items:
             if self.keep is not None:
                 self.keep.append(k)
-            self.walk(f"{path}[{k!r}]", v, depth + 1)
+            self.walk(f"{path}[{show(k)}]", v, depth + 1)
+
+
+def _sort_text(key: tuple) -> tuple:
+    """An order of set items' keys that calls no method of theirs: the text shown for values, else the id."""
+    return (key[0], key[2] if key[0] == "value" else str(key[1:]))
 
 
 def _user_data(obj: Any) -> bool:
@@ -214,7 +220,7 @@ def _objects_container(v: Any) -> bool:
 def _message(what: str, expected: Any, actual: Any) -> str:
     if ":" in what or "items" in (expected or ("",))[:1]:
         return f"{what} is unchanged failed: {what} changed"
-    if isinstance(expected, tuple) and expected[:2] == ("value", bool):
+    if isinstance(expected, tuple) and expected[0] == "value" and expected[1][0] is bool:
         return f"{what} is {expected[2]} failed: {what} = {_shown(actual)}"
     if expected is None:
         return f"{what} is absent failed: {what} = {_shown(actual)}"

@@ -16,6 +16,7 @@ from torch.utils import _pytree as pytree
 
 from specengine.codegen import call_signature, callable_target, check_call, module_of
 from specengine.errors import UnsupportedOpError
+from specengine.ir.literals import exact_key
 from specengine.marks import Mark, marks_of
 from specengine.ops.layouts import example_layout, formats_of
 from specengine.prologue.classes import ClassGuard, input_classes
@@ -57,6 +58,9 @@ class ConstSpec:
     path: str
     local: str
     value: Any
+
+    def __repr__(self) -> str:  # (part of an entry's static key; never the value's own repr)
+        return f"ConstSpec({self.path!r}, {self.local!r}, {exact_key(self.value)!r})"
 
 
 @dataclass(frozen=True)

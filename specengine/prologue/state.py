@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import torch
 
 from specengine.codegen import module_of
+from specengine.ir.literals import show, source_key
 from specengine.ir.proxies import unsupported
 from specengine.prologue.classes import ClassGuard, user_classes
 from specengine.prologue.external import captured_values, user_function
@@ -103,12 +104,14 @@ class StateBuilder:
                         raise _lazy(sub, name)
                     if t is not None:
                         q = f"{qual}.{name}" if qual else name
-                        read = f"{self.table(table)}[{name!r}]"
+                        read = f"{self.table(table)}[{source_key(name)}]"
                         self.tensor(module_path(q, kind, path_root), read, Slot(table, name), t)
         for qual, sub in subs:
             for attr, value in vars(sub).items():
+                if not isinstance(attr, str):
+                    continue  # (no attribute access reaches it)
                 path = f"{module_path(qual, '_modules', path_root)}.{attr}"
-                read = f"{self.table(sub.__dict__)}.get({attr!r})"
+                read = f"{self.table(sub.__dict__)}.get({source_key(attr)})"
                 if attr in INTERNAL:
                     continue
                 if isinstance(value, torch.Tensor):
@@ -138,7 +141,7 @@ class StateBuilder:
                     self.builder.static = False
                     spec = self.builder.build_dynamic_int(path, value)
                     self.builder.static = True
-                    self.specs.access[spec.local] = f"{self.table(sub.__dict__)}.get({attr!r})"
+                    self.specs.access[spec.local] = f"{self.table(sub.__dict__)}.get({source_key(attr)})"
                     self.specs.slots.setdefault(spec.local, []).append(Slot(sub.__dict__, attr))
                     self.out.append(spec)
             self.promoted_seen.add(id(sub))
@@ -170,7 +173,7 @@ def captured(target: Any, roots: dict, limit: int = 64) -> Iterator[tuple[str, s
                 continue
             if kind == "global":
                 key = _holder_key(roots, "_user_globals", holder)
-                yield name, f"{key}.get({name!r})", Slot(holder, name), value
+                yield name, f"{key}.get({source_key(name)})", Slot(holder, name), value
             else:
                 key = _holder_key(roots, "_user_cells", holder)
                 yield name[1], f"{key}[{name[0]}].cell_contents", Slot(holder[name[0]], None), value
@@ -208,7 +211,7 @@ def bound(fn: Any, roots: dict) -> Iterator[tuple[str, str, Slot, Any]]:
             for i, v in enumerate(fn.args):
                 yield f"{key}.args[{i}]", f"{key}.args[{i}]", Slot(fn, ("args", i)), v
             for k, v in fn.keywords.items():
-                yield f"{key}.keywords[{k!r}]", f"{key}.keywords.get({k!r})", Slot(fn, ("keywords", k)), v
+                yield f"{key}.keywords[{show(k)}]", f"{key}.keywords.get({source_key(k)})", Slot(fn, ("keywords", k)), v
             fn = fn.func
         elif isinstance(fn, types.MethodType):
             obj = fn.__self__
@@ -218,7 +221,9 @@ def bound(fn: Any, roots: dict) -> Iterator[tuple[str, str, Slot, Any]]:
                 key = f"_obj_{id(obj)}"
                 roots.setdefault(key, obj.__dict__)
                 for attr, v in vars(obj).items():
-                    yield f"self.{attr}", f"{key}.get({attr!r})", Slot(obj.__dict__, attr), v
+                    if not isinstance(attr, str):
+                        continue
+                    yield f"self.{attr}", f"{key}.get({source_key(attr)})", Slot(obj.__dict__, attr), v
             fn = fn.__func__
         else:
             return

@@ -33,6 +33,7 @@ import torch
 import torch.nn.modules.module as module_mod
 from torch.utils.hooks import RemovableHandle
 
+from specengine.ir.literals import exact_key, show
 from specengine.prologue.fields import (
     Graph,
     _first_change,
@@ -348,7 +349,7 @@ def fingerprint(root: torch.nn.Module, path: str, skip: frozenset = frozenset(),
                 g.walk(f"{p}.{attr}", value, 0, contents=g.names is None or attr in g.names)
                 if isinstance(value, torch.Tensor):
                     out[f"{p}.{attr}"] = ("tensor", _first(tensors, value, f"{p}.{attr}"))
-        out[f"{p}.training"] = ("value", bool, repr(m.training))
+        out[f"{p}.training"] = ("value", exact_key(m.training), show(m.training))
     return out
 
 
