@@ -12,8 +12,9 @@ The signatures come from torch itself, never from the rules:
 - builtins (`torch.add`, `torch.Tensor.add`, `torch._C._nn.gelu`, `torch.linalg.*`): the aten schemas of the
   op (`torch._C._jit_get_schemas_for_operator`), as Python's argument parser exposes them: a Tensor `self` is
   `input` for the function form and bound for the method form, out= variants add a keyword-only `out`, the
-  TorchScript-only overloads (no Tensor in or out, `prim_*`) are left out, and a lone int-list parameter of a
-  method also takes its ints one by one (`x.view(2, 3)`);
+  TorchScript-only overloads (no Tensor in or out, `prim_*`) are left out, a lone int-list parameter of a
+  method also takes its ints one by one (`x.view(2, 3)`), and `memory_format` is keyword-only (as everywhere in
+  Python; `Tensor.to`, bound by hand in torch, is the one schema that has it positional);
 - Python functions (`torch.nn.functional.*`, `torch.Tensor.split`): `inspect.signature`.
 
 A call whose spelling is ambiguous between overloads (`x.to(dtype=d)` matches `to.dtype` and `to.dtype_layout`)
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from torch.utils import _pytree as pytree
 
 from specengine.ir.proxies import NumberProxy, TensorProxy
 
@@ -65,10 +67,7 @@ def _is_method(fn: Any) -> bool:
 
 
 def _aten_name(fn: Any) -> str | None:
-    name = getattr(fn, "__name__", None)
-    if name is None or (name.startswith("__") and name.endswith("__")):
-        return None  # operators: Python never passes them keywords
-    return name
+    return getattr(fn, "__name__", None)
 
 
 def _tensor_typed(kind: str) -> bool:
@@ -93,7 +92,7 @@ def _schema_overload(schema: Any, method: bool, has_out: bool) -> Overload | Non
             if method:
                 continue
             name = "input"
-        params.append(Param(name, a.kwarg_only, default, kind))
+        params.append(Param(name, a.kwarg_only or name == "memory_format", default, kind))
     if method and self_param is None:
         return None  # `pow.Scalar(Scalar self, Tensor exponent)` is no method of a tensor
     if method:
@@ -101,7 +100,7 @@ def _schema_overload(schema: Any, method: bool, has_out: bool) -> Overload | Non
     if has_out and not method:
         params.append(Param("out", True, None, "Optional[Tensor]"))
     rest = [p for p in params[1 if method else 0 :] if not p.kw_only]
-    varargs = method and len(rest) == 1 and rest[0].kind in ("List[int]", "List[SymInt]")
+    varargs = len(rest) == 1 and rest[0].kind in ("List[int]", "List[SymInt]")  # x.view(2, 3), torch.zeros(2, 3)
     return Overload(tuple(params), varargs)
 
 
@@ -133,7 +132,11 @@ def overloads(fn: Any) -> tuple[Overload, ...]:
     """Torch's signatures of `fn` (empty where it has none the table can bind: operators, `*args` functions)."""
     found = _TABLE.get(fn)
     if found is None:
-        found = _python_overloads(fn) if inspect.isfunction(fn) else _schema_overloads(fn)
+        name = getattr(fn, "__name__", "") or ""
+        if name.startswith("__") and name.endswith("__"):
+            found = ()  # operators: Python never passes them keywords
+        else:
+            found = _python_overloads(fn) if inspect.isfunction(fn) else _schema_overloads(fn)
         _TABLE[fn] = found
     return found
 
@@ -247,12 +250,43 @@ def _same(a: tuple[tuple, dict], b: tuple[tuple, dict]) -> bool:
             and a[1].keys() == b[1].keys() and all(a[1][k] is b[1][k] for k in a[1]))  # fmt: skip
 
 
+def _stand_in(v: Any) -> Any:
+    if isinstance(v, TensorProxy):
+        return torch.empty((0,) * v.ndim, dtype=v.dtype, device="meta")
+    if isinstance(v, torch.Tensor):
+        return torch.empty((0,) * v.ndim, dtype=v.dtype, device="meta")
+    if isinstance(v, NumberProxy):
+        return v.python_type(1)
+    return v
+
+
+def _check_parser(fn: Any, args: tuple, kwargs: dict) -> None:
+    """Torch's own argument parser decides what eager refuses (`x.max(other=2)`: numbers are tensors only for
+    some ops): the call runs on empty meta stand-ins, and a TypeError it raises is eager's. Only calls with a tensor
+    among their arguments and no `device` or `generator` are checked (nothing is allocated or drawn)."""
+    leaves = pytree.tree_leaves((args, kwargs))
+    if (
+        "device" in kwargs
+        or "generator" in kwargs
+        or not any(isinstance(v, (TensorProxy, torch.Tensor)) for v in leaves)
+    ):
+        return
+    try:
+        with torch._C.DisableTorchFunction():  # (the trace's mode would trace the stand-ins' own creation)
+            margs, mkwargs = pytree.tree_map(_stand_in, (args, kwargs))
+            fn(*margs, **mkwargs)
+    except TypeError:
+        raise
+    except Exception:  # noqa: BLE001 - only the parser's verdict matters: sizes and kernels are the rule's
+        pass
+
+
 def bind(fn: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """`fn(*args, **kwargs)` in torch's canonical spelling (positional parameters positionally, in torch's order;
-    keyword-only ones by name), or TypeError where no signature of torch's accepts the call.
+    keyword-only ones by name), or eager's TypeError where torch refuses the call.
 
     Calls without keywords are returned as they are (they are already positional), as are callables the table
-    has no signature for.
+    has no signature for, and calls of a builtin that torch's parser accepts by a signature the schemas lack.
     """
     sigs = overloads(fn) if kwargs else ()
     if not sigs:
@@ -263,6 +297,10 @@ def bind(fn: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
             forms.append((ov, _bind_one(fn, ov, args, kwargs)))
         except TypeError as e:
             errors.append(e)
+    if not inspect.isfunction(fn):
+        _check_parser(fn, args, kwargs)  # raises eager's TypeError
+        if not forms:
+            return args, kwargs  # a Python-only signature (`torch.nonzero(x, as_tuple=True)`): as written
     if not forms:
         raise errors[0] if len(errors) == 1 else TypeError(
             f"{_short(fn)}() received an invalid combination of arguments: " + "; ".join(dict.fromkeys(
