@@ -44,6 +44,7 @@ class Param:
     kw_only: bool = False
     default: Any = _REQUIRED
     kind: str = ""
+    positional_only: bool = False  # (Python functions' `/`)
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,6 @@ _PREFIXES = {"torch._C._linalg": "linalg_", "torch._C._special": "special_", "to
 
 def _is_method(fn: Any) -> bool:
     return getattr(fn, "__objclass__", None) is torch._C.TensorBase
-
-
-def _aten_name(fn: Any) -> str | None:
-    return getattr(fn, "__name__", None)
 
 
 def _tensor_typed(kind: str) -> bool:
@@ -105,7 +102,7 @@ def _schema_overload(schema: Any, method: bool, has_out: bool) -> Overload | Non
 
 
 def _schema_overloads(fn: Any) -> tuple[Overload, ...]:
-    name = _aten_name(fn)
+    name = getattr(fn, "__name__", None)
     if name is None:
         return ()
     name = _PREFIXES.get(getattr(fn, "__module__", None) or "", "") + name
@@ -124,7 +121,8 @@ def _python_overloads(fn: Callable) -> tuple[Overload, ...]:
     kinds = {p.kind for p in sig.parameters.values()}
     if kinds & {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}:
         return ()  # `torch.einsum(eq, *operands)`: Python binds it as it is
-    params = tuple(Param(p.name, p.kind is inspect.Parameter.KEYWORD_ONLY, p.default) for p in sig.parameters.values())
+    params = tuple(Param(p.name, p.kind is inspect.Parameter.KEYWORD_ONLY, p.default,
+                         positional_only=p.kind is inspect.Parameter.POSITIONAL_ONLY) for p in sig.parameters.values())  # fmt: skip
     return (Overload(params),)
 
 
@@ -163,7 +161,7 @@ def _bind_one(fn: Any, ov: Overload, args: tuple, kwargs: dict) -> tuple[tuple, 
         raise TypeError(f"{_short(fn)}() takes {len(positional) - first} positional arguments but "
                         f"{len(args) - first} were given")  # fmt: skip
     values = {p.name: v for p, v in zip(positional, args)}
-    names = {p.name for p in ov.params}
+    names = {p.name for p in ov.params if not p.positional_only}
     for key, value in kwargs.items():
         if key not in names:
             raise TypeError(f"{_short(fn)}() got an unexpected keyword argument '{key}'")
