@@ -273,8 +273,9 @@ def _check_parser(fn: Any, args: tuple, kwargs: dict) -> None:
         with torch._C.DisableTorchFunction():  # (the trace's mode would trace the stand-ins' own creation)
             margs, mkwargs = pytree.tree_map(_stand_in, (args, kwargs))
             fn(*margs, **mkwargs)
-    except TypeError:
-        raise
+    except TypeError as e:
+        if str(e).startswith(f"{_short(fn)}("):  # the parser's (`mul() got an unexpected keyword argument ...`)
+            raise
     except Exception:  # noqa: BLE001 - only the parser's verdict matters: sizes and kernels are the rule's
         pass
 
