@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import os
 import sys
 
 import pytest
 import torch
 
 import specengine
+from specengine import provenance
 
 # kind -> (statement, the public name the message must contain or "", eager's exception type or None: an engine
 # refusal where eager succeeds)
@@ -61,38 +63,49 @@ CONTEXTS = {
         None,
         "prog",
     ),  # fmt: skip
+    "inside an installed library": (  # the library's file is under site-packages (simulated): its caller is named
+        "from {helper} import step\n\ndef f(x):\n    return step(x)  # calls the library\n",
+        "def step(x):\n    {stmt}\n    return x\n",
+        "library caller",
+    ),  # fmt: skip
 }
 
-LIBRARY_FILES = ("copy.py", "functools.py", "module.py", "<traced function>", "<function ", "<unknown>", "siggen.py")
+LIBRARY_FILES = ("copy.py", "functools.py", "module.py", "<traced function>", "<function ", "<unknown>")
 _counter = itertools.count()
 
 
-def _write(tmp_path, name: str, source: str) -> str:
-    path = tmp_path / f"{name}.py"
+def _write(directory, name: str, source: str) -> str:
+    directory.mkdir(exist_ok=True)
+    path = directory / f"{name}.py"
     path.write_text(_HEADER + source)
     return str(path)
 
 
-def _program(tmp_path, kind: str, context: str):
-    """The compiled program, the file and line of its failing statement, and a fresh eager copy of it."""
+def _program(tmp_path, kind: str, context: str, monkeypatch=None):
+    """The compiled program and the user's file:line that its error must name (an installed library's caller)."""
     stmt = KINDS[kind][0]
     prog_src, helper_src, where = CONTEXTS[context]
     n = next(_counter)
     helper = f"errsite_helper_{n}"
-    files = {"prog": None, "helper": None}
+    lib = tmp_path / "site-packages"
+    if where == "library caller":
+        monkeypatch.setattr(provenance, "_INSTALLED", (*provenance._INSTALLED, str(lib) + os.sep))
     if helper_src is not None:
-        files["helper"] = _write(tmp_path, helper, helper_src.format(stmt=stmt))
-    files["prog"] = _write(tmp_path, f"errsite_prog_{n}", prog_src.format(stmt=stmt, helper=helper))
-    sys.path.insert(0, str(tmp_path))
+        _write(lib, helper, helper_src.format(stmt=stmt))
+    path = _write(tmp_path, f"errsite_prog_{n}", prog_src.format(stmt=stmt, helper=helper))
+    sys.path[:0] = [str(tmp_path), str(lib)]
     try:
-        spec = importlib.util.spec_from_file_location(f"errsite_prog_{n}", files["prog"])
+        spec = importlib.util.spec_from_file_location(f"errsite_prog_{n}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
-        sys.path.remove(str(tmp_path))
-    path = files[where]
-    line = next(i for i, text in enumerate(open(path).read().splitlines(), 1) if text.strip() == stmt)
-    return module.f, f"{path.rsplit('/', 1)[1]}:{line}"
+        del sys.path[:2]
+    if where == "helper":
+        path = str(lib / f"{helper}.py")
+    marker = "# calls the library" if where == "library caller" else stmt
+    lines = open(path).read().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if text.strip() == marker or text.endswith(marker))
+    return module.f, f"{os.path.basename(path)}:{line}"
 
 
 def _text(e: BaseException) -> str:
@@ -101,8 +114,8 @@ def _text(e: BaseException) -> str:
 
 @pytest.mark.parametrize("context", list(CONTEXTS))
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_error_names_users_line_and_public_name(tmp_path, kind, context):
-    f, site = _program(tmp_path, kind, context)
+def test_error_names_users_line_and_public_name(tmp_path, monkeypatch, kind, context):
+    f, site = _program(tmp_path, kind, context, monkeypatch)
     _, public, eager_type = KINDS[kind]
     x = torch.randn(3, 4, requires_grad=kind == "unsupported callable")
     if eager_type is not None:
@@ -119,16 +132,17 @@ def test_error_names_users_line_and_public_name(tmp_path, kind, context):
     text = _text(e)
     assert site in text, f"expected {site} in: {text}"
     assert not any(lib in text for lib in LIBRARY_FILES), text
+    assert context != "inside an installed library" or "errsite_helper" not in text, text
     assert public in text, f"expected {public!r} in: {text}"
     assert specengine.cache_misses(cf) == 0 and not specengine.cache_entries(cf)
 
 
-def test_generated_programs_run_eagerly_when_fixed(tmp_path):
+def test_generated_programs_run_eagerly_when_fixed(tmp_path, monkeypatch):
     """The generator's programs are valid Python whose only failure is the statement (a harmless one runs)."""
     for context in CONTEXTS:
         KINDS["harmless"] = ("x = x * 1", "", None)
         try:
-            f, _ = _program(tmp_path, "harmless", context)
+            f, _ = _program(tmp_path, "harmless", context, monkeypatch)
         finally:
             del KINDS["harmless"]
         torch.testing.assert_close(specengine.compile(f)(torch.ones(2)), f(torch.ones(2)))
