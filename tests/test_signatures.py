@@ -26,7 +26,7 @@ import siggen  # noqa: E402
 # Where eager accepts a call through a deprecated Python-only signature (torch's deprecated.yaml, not an aten
 # schema: `torch.add(x, 2, other=y)` is add(input, alpha, other)), the engine raises TypeError. TODO(issue 22).
 DEPRECATED = {"torch.add", "torch.sub", "torch.Tensor.add", "torch.Tensor.sub"}
-VALUES_UNCHECKED = {"torch.empty_like", "torch.Tensor.new_empty", "torch.rand_like", "torch.randn_like"}
+VALUES_UNCHECKED = {"torch.empty", "torch.empty_like", "torch.Tensor.new_empty", "torch.rand_like", "torch.randn_like"}
 
 _FNS = siggen.rule_callables()
 
