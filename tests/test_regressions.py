@@ -115,9 +115,11 @@ def test_operand_type_errors_name_python_types_not_proxies():
         return a * b.size(0)
 
     cfn = specengine.compile(f, dynamic=True)
-    with pytest.raises(TypeError, match=r"unsupported operand type\(s\) for \*: 'NoneType' and 'int'$"):
+    with pytest.raises(TypeError, match=r"(?m)unsupported operand type\(s\) for \*: 'NoneType' and 'int'$") as info:
         cfn(None, torch.ones(2))
     assert counts(cfn) == (0, 0)
+    assert str(info.value) == "unsupported operand type(s) for *: 'NoneType' and 'int'"  # eager's message
+    assert info.value.__notes__ == ["(specengine: raised while tracing, at test_regressions.py:115)"]  # the user's line
 
 
 def test_a_failed_compile_does_not_mark_sizes_dynamic():

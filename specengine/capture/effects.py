@@ -38,6 +38,7 @@ from specengine.errors import UnsupportedOpError
 from specengine.ir import context
 from specengine.ir.proxies import HOOKS, unsupported
 from specengine.prologue.external import captured_values, code_objects  # noqa: F401 - captured_values re-exported
+from specengine.provenance import code_site
 
 _lock = threading.Lock()
 _depth = 0
@@ -146,7 +147,7 @@ def checked(target: Callable) -> Iterator[None]:
     _install()
     try:
         yield
-        torch_settings.check_unchanged(settings, context.require())
+        torch_settings.check_unchanged(settings, context.require(), f"in {code_site(target)}")
     finally:
         _uninstall()
         torch_settings.restore_rng(settings)

@@ -151,25 +151,26 @@ def snapshot() -> tuple:
         return values, torch.default_generator.get_state(), backend_flags.snapshot(), _cuda_rng(), _host_rng()
 
 
-def check_unchanged(before: tuple, state: Any) -> None:
-    """Refuse a trace that changed a setting, or drew random numbers (ops run eagerly at trace time)."""
+def check_unchanged(before: tuple, state: Any, site: str) -> None:
+    """Refuse a trace that changed a setting, or drew random numbers (ops run eagerly at trace time); `site` names
+    the traced function (`f (prog.py:12)`): the change is seen after it returned."""
     values, rng, flags, *_ = snapshot()
     names = [n for n in GETTERS if n not in ("get_autocast_dtype", "get_default_device")]
     for name, old, new in zip(names, before[0], values):
         if old != new:
-            raise UnsupportedOpError(f"changing torch.{name}() inside a compiled function", "<traced function>",
+            raise UnsupportedOpError(f"changing torch.{name}() inside a compiled function", site,
                                      "the change would happen only while tracing; change it outside")  # fmt: skip
     for (name, old), (_, new) in zip(before[2], flags):
         if old != new:
-            raise UnsupportedOpError(f"changing torch.{name} inside a compiled function", "<traced function>",
+            raise UnsupportedOpError(f"changing torch.{name} inside a compiled function", site,
                                      "the change would happen only while tracing; change it outside")  # fmt: skip
     if not torch.equal(before[1], rng) or not _same_states(before[3], _cuda_rng()):  # (seeding is an op)
         raise UnsupportedOpError("drawing random numbers (or changing the random state) inside a compiled function",
-                                 "<traced function>", "random ops are not traced; draw the numbers outside the "
+                                 site, "random ops are not traced; draw the numbers outside the "
                                  "compiled function and pass them in")  # fmt: skip
     if not _same_host_states(before[4], _host_rng()):
         raise UnsupportedOpError("drawing random numbers from Python's `random` or numpy's `np.random` inside a "
-                                 "compiled function", "<traced function>", "they would be drawn once, while tracing; "
+                                 "compiled function", site, "they would be drawn once, while tracing; "
                                  "use torch.rand / torch.randint (traced), or draw outside and pass them in")  # fmt: skip
 
 

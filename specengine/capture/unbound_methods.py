@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dis
 import functools
-import os
 import re
 from typing import Any, Callable, Iterator
 
@@ -30,9 +29,8 @@ from specengine.errors import SpecEngineError, UnsupportedOpError
 from specengine.ir.proxies import TensorProxy
 from specengine.patching import Patches
 from specengine.prologue.external import code_objects
-from specengine.provenance import _is_internal
+from specengine.provenance import user_line
 
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _BASE = torch._C.TensorBase
 _C_KINDS = (type(_BASE.add), type(_BASE.__getitem__), type(_BASE.shape))  # method, slot wrapper, property
 _DESCRIPTOR = re.compile(r"descriptor '(\w+)' (?:for|requires a) '?torch\._C\.TensorBase'? .*'TensorProxy'")
@@ -150,26 +148,30 @@ def swapped(target: Callable) -> Iterator[None]:
 
 def call_user(fn: Callable, args: list, kwargs: dict) -> Any:
     """Call `fn`; torch's refusal of a proxy as `self` of a Tensor method: trace again with the method swapped
-    (MethodCalledThroughClass), or, when it was swapped already, an UnsupportedOpError."""
+    (MethodCalledThroughClass), or, when it was swapped already, an UnsupportedOpError. Any other error that is
+    not the engine's own (eager's, raised with its type and message) gets a note naming the user's line."""
     try:
         return fn(*args, **kwargs)
     except TypeError as e:
         m = _DESCRIPTOR.search(str(e))
         if m is None:
+            _note_user_line(e)
             raise
         name = m.group(1)
         if name not in LEARNED and _c_method(name) is not None:
             LEARNED.add(name)
             raise MethodCalledThroughClass(name) from None
-        raise UnsupportedOpError(f"torch.Tensor.{name} called through the class", _user_line(e.__traceback__),
-                                 f"call it as a method: x.{name}(...)") from None  # fmt: skip
+        raise UnsupportedOpError(f"torch.Tensor.{name} called through the class", user_line(e.__traceback__) or
+                                 "<unknown>", f"call it as a method: x.{name}(...)") from None  # fmt: skip
+    except SpecEngineError:
+        raise
+    except Exception as e:
+        _note_user_line(e)
+        raise
 
 
-def _user_line(tb: Any) -> str:
-    where = "<unknown>"
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if not _is_internal(filename) and not filename.startswith(_TORCH_DIR):
-            where = f"{os.path.basename(filename)}:{tb.tb_lineno}"
-        tb = tb.tb_next
-    return where
+def _note_user_line(e: BaseException) -> None:
+    where = user_line(e.__traceback__)
+    note = f"(specengine: raised while tracing, at {where})"
+    if where is not None and note not in getattr(e, "__notes__", ()):
+        e.add_note(note)

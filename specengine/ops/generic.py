@@ -36,11 +36,12 @@ from specengine.ir import context, proxies
 from specengine.ir import kernel_decisions as K
 from specengine.ir import shape_env as SE
 from specengine.ir import symnode as S
-from specengine.ir.literals import as_torch_reads, show
+from specengine.ir.literals import as_torch_reads
 from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy, unsupported
 from specengine.ir.symbol import Symbol
 from specengine.ir.trace import format_value
 from specengine.ops import fake_rules, runtime
+from specengine.ops.signatures import public_name
 from specengine.patching import original
 
 _DATA_DEPENDENT_TAGS = tuple(getattr(torch.Tag, t) for t in ("dynamic_output_shape", "data_dependent_output")
@@ -68,7 +69,7 @@ def op_name(func: Callable) -> str:
         name = next((f"{ns}.{func.__name__}" for ns in _NAMESPACES if _resolve(f"{ns}.{getattr(func, '__name__', '')}")
                      is func), None)  # fmt: skip
     if name is None or _resolve(name) is not func:
-        raise unsupported(show(func), "it has no symbolic rule and no printable torch name")
+        raise unsupported(public_name(func), "it has no symbolic rule and no printable torch name")
     return name
 
 

@@ -12,8 +12,9 @@ from specengine.ir import context, proxies
 from specengine.ir.literals import as_torch_reads
 from specengine.ir.proxies import Proxy, TensorProxy, is_outside_tensor, unsupported
 from specengine.ir.symbol import Symbol, tree_leaves
-from specengine.ops import outside
+from specengine.ops import outside, signatures
 from specengine.ops.generic import generic_call, generic_method
+from specengine.patching import original
 
 TORCH_TABLE: dict[Callable, Symbol] = {}
 ALWAYS_TRACED: set[Callable] = set()  # e.g. creation ops: traced even when no argument is a proxy
@@ -36,11 +37,25 @@ def torch_print_name(fn: Callable) -> tuple[str, str]:
     raise ValueError(f"{fn!r} has no printable name")
 
 
-def _as_method(sym: Symbol) -> Callable:
+def _spell(func: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call as torch binds it (ops/signatures.py: positional parameters positionally, in torch's order,
+    keyword-only ones by name; TypeError where eager raises it), so that a rule sees every spelling eager accepts
+    in one form. `out=None` is no argument."""
+    args, kwargs = signatures.bind(func, args, kwargs)
+    if "out" in kwargs and kwargs["out"] is None:
+        kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    return args, kwargs
+
+
+def _as_method(sym: Symbol, name: str) -> Callable:
+    torch_method = original(torch.Tensor, name)
+
     def method(self: TensorProxy, *args: Any, **kwargs: Any) -> Any:
         args, kwargs = as_torch_reads(args, kwargs, sym.name in _DATA_METHODS)  # (an IntEnum size: what torch reads)
         if any(is_outside_tensor(a) for a in args) or any(is_outside_tensor(v) for v in kwargs.values()):
             args, kwargs = outside.lift((args, kwargs))  # `x * C`: C, closed over from outside, becomes an input
+        if kwargs and torch_method is not None:
+            (self, *args), kwargs = _spell(torch_method, (self, *args), kwargs)
         return sym(self, *args, **kwargs)
 
     method.__name__ = sym.name
@@ -77,7 +92,7 @@ def torchop(
             if always_traced:
                 ALWAYS_TRACED.add(fn)
         for m in methods:
-            setattr(TensorProxy, m, _as_method(sym))
+            setattr(TensorProxy, m, _as_method(sym, m))
         return sym
 
     return deco
@@ -113,9 +128,14 @@ def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
     cached calls: it is rejected. (Meta tensors are the stand-ins that decompositions run torch's checks on.)
     """
     args, kwargs = as_torch_reads(args, kwargs, func in _DATA)  # numbers, strings of other types: what torch reads
+    sym = TORCH_TABLE.get(func)
+    if kwargs and (sym is not None or func in _INPLACE_VARIANTS):
+        if kwargs.get("out") is not None:
+            return generic_call(func, args, kwargs)  # the generic path writes `out=` (or refuses it)
+        args, kwargs = _spell(func, args, kwargs)
     if func in _INPLACE_VARIANTS and (kwargs.get("inplace") is True or args[1:2] == (True,)):
         func, args, kwargs = _INPLACE_VARIANTS[func], args[:1], {}  # F.relu(x, inplace=True): torch.relu_(x)
-    sym = TORCH_TABLE.get(func)
+        sym = TORCH_TABLE.get(func)
     if sym is not None and not sym.pure and args and is_outside_tensor(args[0]) and not args[0].is_meta:
         name = torch.overrides.resolve_name(func) or sym.name
         raise unsupported(f"{name} on a tensor closed over from outside",
