@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import random
 import sys
-from typing import Any, Callable
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 
-from specengine.capture import backend_flags, environ
+from specengine.capture import backend_flags, environ, library
 from specengine.capture.setting_reads import _SPECENGINE, _quiet, note_read, quiet  # noqa: F401 - re-exported
 from specengine.errors import UnsupportedOpError
 from specengine.ir import context
@@ -96,6 +98,7 @@ def install() -> None:
     """Wrap the getters and setters (called under the effects lock, when the first trace starts)."""
     backend_flags.install()
     environ.install()
+    library.install()
     _saved_c["_set_grad_enabled"] = torch._C._set_grad_enabled
     torch._C._set_grad_enabled = _grad_setter(torch._C._set_grad_enabled)
     wrappers = {n: _getter(n, getattr(torch, n), c) for n, c in GETTERS.items()}
@@ -108,6 +111,7 @@ def install() -> None:
 def uninstall() -> None:
     backend_flags.uninstall()
     environ.uninstall()
+    library.uninstall()
     real = _saved_c.pop("_set_grad_enabled", None)
     if real is not None and getattr(torch._C._set_grad_enabled, "__wrapped__", None) is real:
         torch._C._set_grad_enabled = real
@@ -148,6 +152,43 @@ def snapshot() -> tuple:
     with quiet():  # (torch's getters call the C getters, wrapped while tracing)
         values = tuple(_real(n)() for n in GETTERS if n not in ("get_autocast_dtype", "get_default_device"))
         return values, torch.default_generator.get_state(), backend_flags.snapshot(), _cuda_rng(), _host_rng()
+
+
+_tracked = threading.local()  # this thread's snapshots taken as its traces started (a trace inside a trace: a stack)
+
+
+@contextmanager
+def tracked(before: tuple) -> Iterator[list]:
+    """`[before]`, the snapshot a trace's settings are compared with and its random state restored to. A module that
+    a trace imports (`library.importing`) may seed or draw at import time, once per process as in eager: where the
+    state was the trace's snapshot as the import started, the state after it becomes the snapshot."""
+    stack = _tracked.__dict__.setdefault("stack", [])
+    stack.append([before])
+    try:
+        yield stack[-1]
+    finally:
+        stack.pop()
+
+
+def _around_import() -> Callable[[], None] | None:
+    stack = getattr(_tracked, "stack", None)
+    if not stack:
+        return None
+    at_start = snapshot()
+
+    def end() -> None:
+        if _same(at_start, stack[-1][0]):
+            stack[-1][0] = snapshot()
+
+    return end
+
+
+library.AROUND_IMPORTS.append(_around_import)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return (a[0] == b[0] and torch.equal(a[1], b[1]) and a[2] == b[2] and _same_states(a[3], b[3])
+            and _same_host_states(a[4], b[4]))  # fmt: skip
 
 
 def check_unchanged(before: tuple, state: Any) -> None:

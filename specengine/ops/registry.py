@@ -105,6 +105,8 @@ def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
     An in-place op on a real tensor (one closed over from outside) would mutate it only while tracing, never on
     cached calls: it is rejected. (Meta tensors are the stand-ins that decompositions run torch's checks on.)
     """
+    if context.current() is None and not has_proxy((args, kwargs)):
+        return func(*args, **kwargs)  # outside tracing (code run by an import while tracing): eager torch
     if func in _INPLACE_VARIANTS and (kwargs.get("inplace") is True or args[1:2] == (True,)):
         func, args, kwargs = _INPLACE_VARIANTS[func], args[:1], {}  # F.relu(x, inplace=True): torch.relu_(x)
     sym = TORCH_TABLE.get(func)
