@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
 
 import pytest
 import torch
@@ -106,3 +107,29 @@ def test_an_import_statement_inside_the_function(module_dir):
         x = torch.arange(float(n))
         torch.testing.assert_close(cfn(x), f(x))
     assert counts(cfn) == (2, 2)
+
+
+def test_an_import_in_another_thread_does_not_touch_the_trace(module_dir):
+    """Another thread importing (its module's code reads the environment, draws) while this thread traces: the
+    trace sees none of it; the mark of an import is this thread's only."""
+    name = module_dir("se_import_time_c", _IMPORT_TIME.format(name="se_import_time_c"))
+    started, go_on = threading.Event(), threading.Event()
+
+    def other():
+        started.wait()
+        importlib.import_module(name)
+        go_on.set()
+
+    def f(x):
+        started.set()
+        go_on.wait(10)
+        return x.sin()
+
+    t = threading.Thread(target=other)
+    t.start()
+    cfn = specengine.compile(f, dynamic=True)
+    x = torch.arange(3.0)
+    torch.testing.assert_close(cfn(x), x.sin())
+    t.join()
+    assert name in sys.modules and counts(cfn) == (1, 0)
+    assert "SPECENGINE_IMPORT_TIME_FLAG" not in str(specengine.last_prologue(cfn))

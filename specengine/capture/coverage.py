@@ -125,6 +125,10 @@ class Coverage:
             kind = self.kinds[frame.f_code] = _kind(frame.f_code, frame.f_globals)
         return kind
 
+    def is_user(self, frame: types.FrameType) -> bool:
+        """Whether `frame` runs user code (not specengine's, torch's or the standard library's; not an import's)."""
+        return bool(self._kind_of(frame) & _USER) and not importing_now()
+
     def context_manager(self, frame: types.FrameType, offset: int) -> Any:
         """The context manager that the `with` at `offset` of `frame` entered (None if not seen: a C `__enter__`).
 

@@ -150,7 +150,7 @@ def checked(target: Callable) -> Iterator[None]:
             torch_settings.check_unchanged(settings[0], context.require())
     finally:
         _uninstall()
-        torch_settings.restore_rng(settings[0])
+        torch_settings.restore_rng(settings[0], context.current())
     if before is not None:
         _check_globals(target, before, glb)
 

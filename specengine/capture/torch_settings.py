@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from specengine.capture import backend_flags, environ, library
+from specengine.capture import backend_flags, calls, environ, library
 from specengine.capture.setting_reads import _SPECENGINE, _quiet, note_read, quiet  # noqa: F401 - re-exported
 from specengine.errors import UnsupportedOpError
 from specengine.ir import context
@@ -130,6 +130,8 @@ def describe_read(name: str, args: tuple) -> str:
     """`torch.get_float32_matmul_precision()`, `torch.backends.cudnn.deterministic` (an attribute)."""
     if name == environ.READ:
         return f"os.environ.get({args[0]!r})"
+    if name in calls.GETTERS:
+        return calls.GETTERS[name][1]
     if backend_flags.is_attribute(name):
         return f"torch.{name}"
     return f"torch.{name}({', '.join(map(repr, args))})"
@@ -144,6 +146,8 @@ def real_getter(name: str) -> Callable:
     """What the prologue calls to read a setting noted as `name` (a torch getter, or a backend flag's getter)."""
     if name == environ.READ:
         return environ.real_getter()
+    if name in calls.GETTERS:
+        return calls.GETTERS[name][0]
     return backend_flags.real_getter(name) or _real(name)
 
 
@@ -203,22 +207,28 @@ def check_unchanged(before: tuple, state: Any) -> None:
         if old != new:
             raise UnsupportedOpError(f"changing torch.{name} inside a compiled function", "<traced function>",
                                      "the change would happen only while tracing; change it outside")  # fmt: skip
-    if not torch.equal(before[1], rng) or not _same_states(before[3], _cuda_rng()):  # (seeding is an op)
+    watch = getattr(state, "calls", None)  # (None: a trace without one; any change counts)
+    drew, drew_host = (True, True) if watch is None else (watch.drew_torch, watch.drew_host)  # (this thread's own)
+    if drew and (not torch.equal(before[1], rng) or not _same_states(before[3], _cuda_rng())):  # (seeding is an op)
         raise UnsupportedOpError("drawing random numbers (or changing the random state) inside a compiled function",
                                  "<traced function>", "random ops are not traced; draw the numbers outside the "
                                  "compiled function and pass them in")  # fmt: skip
-    if not _same_host_states(before[4], _host_rng()):
+    if not _same_host_states(before[4], _host_rng(), drew_host):
         raise UnsupportedOpError("drawing random numbers from Python's `random` or numpy's `np.random` inside a "
                                  "compiled function", "<traced function>", "they would be drawn once, while tracing; "
                                  "use torch.rand / torch.randint (traced), or draw outside and pass them in")  # fmt: skip
 
 
-def restore_rng(before: tuple) -> None:
-    """Undo what anything did to the random state while tracing (a failed compile changes nothing)."""
-    torch.default_generator.set_state(before[1])
-    if not _same_host_states(before[4], _host_rng()):
-        _restore_host_rng(before[4])
-    if before[3] is not None and not _same_states(before[3], _cuda_rng()):
+def restore_rng(before: tuple, state: Any = None) -> None:
+    """Undo what this thread did to the random state while tracing (a failed compile changes nothing); what other
+    threads drew meanwhile stands where the trace's watch (`calls.Watch`) saw this thread draw nothing."""
+    watch = getattr(state, "calls", None)
+    drew, drew_host = (True, True) if watch is None else (watch.drew_torch, watch.drew_host)
+    if drew:
+        torch.default_generator.set_state(before[1])
+    if not _same_host_states(before[4], _host_rng(), drew_host):
+        _restore_host_rng(before[4], drew_host)
+    if drew and before[3] is not None and not _same_states(before[3], _cuda_rng()):
         torch.cuda.set_rng_state_all(before[3])
 
 
@@ -228,16 +238,19 @@ def _host_rng() -> tuple:
     return random.getstate(), (np.random.get_state() if np is not None else None)
 
 
-def _same_host_states(a: tuple, b: tuple) -> bool:
-    if a[0] != b[0] or (a[1] is None) != (b[1] is None):
+def _same_host_states(a: tuple, b: tuple, python_too: bool = True) -> bool:
+    """Python's `random` state is compared where this thread called a method of it (`calls.Watch.drew_host`: other
+    threads' draws are theirs); numpy's global state always (its Cython functions show no call event)."""
+    if (python_too and a[0] != b[0]) or (a[1] is None) != (b[1] is None):
         return False
     return a[1] is None or all(
         (x == y).all() if hasattr(x, "shape") else x == y for x, y in zip(a[1], b[1])
     )  # (name, keys array, pos, has_gauss, cached_gaussian)
 
 
-def _restore_host_rng(before: tuple) -> None:
-    random.setstate(before[0])
+def _restore_host_rng(before: tuple, python_too: bool = True) -> None:
+    if python_too:
+        random.setstate(before[0])
     np = sys.modules.get("numpy")
     if before[1] is not None and np is not None:
         np.random.set_state(before[1])
