@@ -51,6 +51,7 @@ from specengine.prologue.external import has_value_semantics
 from specengine.provenance import _is_internal
 
 _MISSING = object()
+_SPECENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 GETTERS: dict[str, tuple[Callable, str]] = {}  # a noted read's name -> (what the prologue calls, its text)
 
 _CLOCKS = {getattr(time, n) for n in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
@@ -107,7 +108,7 @@ class Watch:
         self.refused: UnsupportedOpError | None = None
         self.drew_torch = False  # this thread changed the default generator's state
         self.drew_host = False  # this thread called a method of Python's or numpy's random generators
-        self.pending: list[tuple[Any, Any]] = []  # (drawing call, the generator's state as it started)
+        self.pending: list[tuple[Any, bytes]] = []  # (drawing call, the generator's state as it started)
         self.outside = {id(f) for f in _stack(sys._getframe())}  # the frames below the trace: not the trace's
         self.made: set[int] = set()  # ids of the `random.Random` objects made while tracing
         self.generators: list[tuple[str, Any, Any]] = []  # (what, a random generator object, its state)
@@ -126,7 +127,7 @@ class Watch:
                 self._getter("calls.current_thread", threading.current_thread, "threading.current_thread()", True)
         elif self.pending and self.pending[-1][0] is arg:  # c_return / c_exception of a drawing call
             _, before = self.pending.pop()
-            self.drew_torch = self.drew_torch or not torch.equal(before, torch.default_generator.get_state())
+            self.drew_torch = self.drew_torch or before != _rng_state()
         prev = self.prev
         if prev is not None:
             prev(frame, event, arg)
@@ -149,7 +150,8 @@ class Watch:
                              "would reuse the number; use torch.rand / torch.randint (traced), or draw outside and "
                              "pass the numbers in")  # fmt: skip
         elif name in _TORCH_DRAWS and _torch_function(fn, owner):
-            self.pending.append((fn, torch.default_generator.get_state()))
+            if not frame.f_code.co_filename.startswith(_SPECENGINE):  # (the engine's own calls are on meta tensors)
+                self.pending.append((fn, _rng_state()))
         elif fn in _ENTROPY and not _is_internal(frame.f_code.co_filename):
             self._refuse(frame, f"os.{name}()", "its bytes differ on every call; make them outside and pass them in")
         elif not self._from_user(frame):
@@ -219,6 +221,13 @@ class Watch:
         """Raise the first refusal, even where the program caught it."""
         if self.refused is not None:
             raise self.refused
+
+
+def _rng_state() -> bytes:
+    """The default generator's state, read under no torch-function or dispatch mode (the program's, or the
+    engine's meta mode, may be active where the call is made)."""
+    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+        return bytes(torch.default_generator.get_state().numpy())
 
 
 def _qualname(code: types.CodeType) -> str:
