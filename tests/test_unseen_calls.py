@@ -218,3 +218,22 @@ def test_a_draw_this_thread_makes_outside_the_trace_mode_is_still_refused():
     with pytest.raises(UnsupportedOpError, match="random"):
         cfn(torch.arange(3.0))
     assert torch.equal(torch.get_rng_state(), state) and counts(cfn) == (0, 0)
+
+
+def test_under_cprofile_the_compile_works_and_the_profiler_stays():
+    """cProfile's profiler is C-level and cannot be chained: the trace's C calls go unchecked (a warning says so), the
+    compile works and cProfile is still the profile function afterwards."""
+    import cProfile
+    import sys
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        before = sys.getprofile()
+        cfn = specengine.compile(lambda x: x.sin() * 2, dynamic=True)
+        x = torch.arange(3.0)
+        torch.testing.assert_close(cfn(x), x.sin() * 2)
+        assert sys.getprofile() is before
+    finally:
+        prof.disable()
+    assert counts(cfn) == (1, 0)

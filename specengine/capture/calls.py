@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from specengine import logs
 from specengine.capture.library import importing_now
 from specengine.errors import UnsupportedOpError
 from specengine.prologue.external import has_value_semantics
@@ -386,6 +387,11 @@ def watching(state: Any, is_user: Callable[[types.FrameType], bool], named: list
     watch = Watch(state, is_user)
     watch.generators = found
     watch.prev = sys.getprofile()
+    if watch.prev is not None and not callable(watch.prev):  # a C profiler (cProfile): it cannot be chained
+        logs.root.warning("a C-level profiler (cProfile) is active: the C calls of this trace are not checked")
+        yield watch  # (state.calls stays None: the random state is compared process-wide, as without a watch)
+        _check_generators(found)
+        return
     outer = current()
     _local.watch = state.calls = watch
     sys.setprofile(watch.fn)
