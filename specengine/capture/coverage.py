@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from specengine.capture import module_reads
-from specengine.capture.library import SITE, is_library
+from specengine.capture.library import SITE, importing_now, is_library
 from specengine.capture.pytypes import give_type, names_type, take_type, traced_type
 from specengine.errors import UnsupportedOpError
 from specengine.provenance import _is_internal
@@ -70,12 +70,13 @@ class Coverage:
         self.fn = self._trace  # the trace function, as set (sys.gettrace() gives this very object)
 
     def _trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        code = frame.f_code
-        kind = self.kinds.get(code)
-        if kind is None:
-            kind = self._kind_of(frame)
-        if kind:
-            self._note(frame, code, kind)
+        if not importing_now():  # (code an import runs is a library's, whoever wrote it)
+            code = frame.f_code
+            kind = self.kinds.get(code)
+            if kind is None:
+                kind = self._kind_of(frame)
+            if kind:
+                self._note(frame, code, kind)
         prev = self.prev
         return None if prev is None else prev(frame, event, arg)
 
@@ -123,6 +124,10 @@ class Coverage:
         if kind is None:
             kind = self.kinds[frame.f_code] = _kind(frame.f_code, frame.f_globals)
         return kind
+
+    def is_user(self, frame: types.FrameType) -> bool:
+        """Whether `frame` runs user code (not specengine's, torch's or the standard library's; not an import's)."""
+        return bool(self._kind_of(frame) & _USER) and not importing_now()
 
     def context_manager(self, frame: types.FrameType, offset: int) -> Any:
         """The context manager that the `with` at `offset` of `frame` entered (None if not seen: a C `__enter__`).

@@ -143,14 +143,15 @@ def checked(target: Callable) -> Iterator[None]:
     """Trace `target` with print rejected; after it returns, reject assignments to its module's globals."""
     glb = getattr(target, "__globals__", None)
     before = dict(glb) if isinstance(glb, dict) else None
-    settings = torch_settings.snapshot()
+    settings = [torch_settings.snapshot()]  # (moved on by imports: `torch_settings.tracked`)
     _install()
     try:
-        yield
-        torch_settings.check_unchanged(settings, context.require(), f"in {code_site(target)}")
+        with torch_settings.tracked(settings[0]) as settings:
+            yield
+            torch_settings.check_unchanged(settings[0], context.require(), f"in {code_site(target)}")
     finally:
         _uninstall()
-        torch_settings.restore_rng(settings)
+        torch_settings.restore_rng(settings[0], context.current())
     if before is not None:
         _check_globals(target, before, glb)
 

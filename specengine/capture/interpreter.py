@@ -11,6 +11,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from specengine.capture import (
+    calls,
     compiling,
     coverage,
     effects,
@@ -135,6 +136,12 @@ def _check_function(target: Callable) -> None:
                                  "results (e.g. a list)")  # fmt: skip
 
 
+def _named_values(args: list, kwargs: dict, roots: list) -> list:
+    """The values the function is given and reads from outside, named for an error (`calls.watching`)."""
+    named = [(f"argument {i}", v) for i, v in enumerate(args)] + [(f"argument {k!r}", v) for k, v in kwargs.items()]
+    return named + [(f"the {kind} {name}", root[2]) for root in roots if len(root) == 4 for kind, name in [root[:2]]]
+
+
 def _attribute_inputs(modules: list, promoted: frozenset) -> set[tuple[int, str]]:
     """(id(module), name) of the module attributes read as inputs on every call: tensors and promoted ints."""
     return {(id(sub), k) for m in modules for sub in m.modules() for k, v in vars(sub).items()
@@ -177,6 +184,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
             shadows.constants_unchanged(),
             mutations.unchanged(found, target) as walk,
             coverage.collecting(state, written) as ran,  # the user code that runs (external.py guards its reads)
+            calls.watching(state, ran.is_user, _named_values(args, kwargs, state.outside_roots)),  # its C calls
             mutations.caches_cleared(ran),  # lru caches filled while tracing hold proxies
         ):
             mutations.check_not_aliased(specs, walk, shadows.rebuilt)

@@ -1,11 +1,30 @@
-"""Which code is library code: the standard library's own files (not site-packages under it), and the packages
-specengine itself runs while tracing. Their module globals are not guarded as the user's."""
+"""Which code is library code, not the program's.
+
+- By file: the standard library's own files (not site-packages under it), and the packages specengine itself runs
+  while tracing (z3). Their module globals are not guarded as the user's.
+- By time: code that runs while a module is being imported (`importing()`). A trace may import modules lazily (torch
+  imports sympy, mpmath and a few hundred more on the first symbolic-shape query of a process); their import-time
+  code reads environment variables, module globals and settings, and writes module attributes, once per process.
+  None of it is the program's: it is not guarded, and its side effects are not the program's (they would not happen
+  again on a second compile either).
+
+While any thread traces (`install()`, under the effects lock), `importlib._bootstrap._find_and_load` (what every
+`import` statement, `importlib.import_module` and `from x import y` call when the module is not yet in
+`sys.modules`) is a wrapper that marks the import in this thread only: other threads' imports and the traced
+thread outside imports are unaffected.
+"""
 
 from __future__ import annotations
 
+import importlib._bootstrap as _bootstrap
 import importlib.util
 import os
 import sysconfig
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from specengine.ir import context
 
 _STDLIB = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
 SITE = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib")})
@@ -28,3 +47,56 @@ def is_library(filename: str) -> bool:
     if filename.startswith("<frozen") or filename.startswith(_ENGINE_DEPENDENCIES):
         return True
     return filename.startswith(_STDLIB) and not filename.startswith(SITE)
+
+
+_local = threading.local()
+
+
+def importing_now() -> bool:
+    """Whether this thread is importing a module now (its code, whoever wrote it, is library code)."""
+    return getattr(_local, "depth", 0) > 0
+
+
+# called as the outermost import of a thread starts; each returns what to call when it ends (or None)
+AROUND_IMPORTS: list[Callable[[], Callable[[], None] | None]] = []
+
+
+@contextmanager
+def importing() -> Iterator[None]:
+    """Code that runs inside the block (this thread) runs on behalf of an import, not of the program: it records
+    into no trace (`context.current()` is None: its torch calls run eagerly, the settings and environment variables
+    it reads are not noted, its `print` prints) and the coverage tracer skips its frames."""
+    depth = getattr(_local, "depth", 0)
+    _local.depth = depth + 1
+    try:
+        with context.tracing(None):
+            ends = [end for start in AROUND_IMPORTS if (end := start()) is not None] if depth == 0 else []
+            try:
+                yield
+            finally:
+                for end in ends:
+                    end()
+    finally:
+        _local.depth = depth
+
+
+_real_find_and_load = _bootstrap._find_and_load
+
+
+def _find_and_load(*args: Any, **kwargs: Any) -> Any:
+    with importing():
+        return _real_find_and_load(*args, **kwargs)
+
+
+_find_and_load.__wrapped__ = _real_find_and_load  # type: ignore[attr-defined]
+
+
+def install() -> None:
+    """Mark imports (called under the effects lock, when the first trace starts)."""
+    if _bootstrap._find_and_load is _real_find_and_load:
+        _bootstrap._find_and_load = _find_and_load
+
+
+def uninstall() -> None:
+    if _bootstrap._find_and_load is _find_and_load:  # leave alone what someone else installed
+        _bootstrap._find_and_load = _real_find_and_load

@@ -93,6 +93,8 @@ class _Walk:
         elif isinstance(v, types.FunctionType):
             if depth == 0:  # hooks and the compiled function (not every function reachable: library memos)
                 self.function(where, v, hook)
+            elif v.__dict__ and not _library_function(v):  # a helper's attributes (`helper.count += 1`)
+                self.snaps.append((f"{where}: attributes", v.__dict__, "attrs", list(v.__dict__.items()), self.root))
         elif isinstance(v, types.MethodType):
             self.visit(where, v.__self__, depth + 1)
             self.visit(where, v.__func__, depth, hook)
@@ -129,6 +131,8 @@ class _Walk:
             self.snaps.append((f"{where}: closure variable {name}", cell, "cell", contents, self.root))
             if contents is not _MISSING:
                 self.visit(f"{where}: closure variable {name}", contents, depth + 1)
+        if fn.__dict__ and not _library_function(fn):  # its attributes (`g.count += 1`)
+            self.snaps.append((f"{where}: attributes", fn.__dict__, "attrs", list(fn.__dict__.items()), self.root))
         for i, d in enumerate(fn.__defaults__ or ()):
             self.visit(f"{where}: default {i}", d, depth + 1)
         glb = fn.__globals__
@@ -138,6 +142,12 @@ class _Walk:
         for n in names:
             if n in glb:
                 self.visit(f"{where}: global {n}", glb[n], depth + 1)
+
+
+def _library_function(fn: types.FunctionType) -> bool:
+    """A function of the standard library, torch or the engine (its attributes are their bookkeeping)."""
+    top = (fn.__module__ or "").partition(".")[0]
+    return top in sys.stdlib_module_names or top in ("torch", "specengine")
 
 
 def _library_class(cls: type) -> bool:

@@ -22,6 +22,7 @@ class CaptureState(TraceState):
         self.caught: Exception | None = None  # an engine error that a handler in the function observes (here)
         self.suppressing = 0  # how many `contextlib.suppress` blocks are open (exceptions)
         self.coverage = None  # coverage.Coverage: the user code that runs, while the function runs (coverage)
+        self.calls = None  # calls.Watch: the C calls this thread makes while the function runs (calls)
         self.entry_torch_state = self.torch_state = torchstate.snapshot()  # at entry; now (here)
 
     def note_global_read(self, key: tuple, value: Any) -> None:
@@ -46,9 +47,14 @@ class CaptureState(TraceState):
         return self.suppressing > 0 or exceptions.handler_observes()
 
     def _pause_user_code(self) -> bool:
-        return self.coverage is not None and self.coverage.pause()
+        paused = self.coverage is not None and self.coverage.pause()
+        if paused and self.calls is not None:
+            self.calls.pause()
+        return paused
 
     def _resume_user_code(self) -> None:
+        if self.calls is not None:
+            self.calls.resume()
         self.coverage.resume()
 
     def note_refusal(self, error: Exception) -> None:

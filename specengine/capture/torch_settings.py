@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import random
 import sys
-from typing import Any, Callable
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 
-from specengine.capture import backend_flags, environ
+from specengine.capture import backend_flags, calls, environ, library
 from specengine.capture.setting_reads import _SPECENGINE, _quiet, note_read, quiet  # noqa: F401 - re-exported
 from specengine.errors import UnsupportedOpError
 from specengine.ir import context
@@ -97,6 +99,7 @@ def install() -> None:
     """Wrap the getters and setters (called under the effects lock, when the first trace starts)."""
     backend_flags.install()
     environ.install()
+    library.install()
     _saved_c["_set_grad_enabled"] = torch._C._set_grad_enabled
     torch._C._set_grad_enabled = _grad_setter(torch._C._set_grad_enabled)
     wrappers = {n: _getter(n, getattr(torch, n), c) for n, c in GETTERS.items()}
@@ -109,6 +112,7 @@ def install() -> None:
 def uninstall() -> None:
     backend_flags.uninstall()
     environ.uninstall()
+    library.uninstall()
     real = _saved_c.pop("_set_grad_enabled", None)
     if real is not None and getattr(torch._C._set_grad_enabled, "__wrapped__", None) is real:
         torch._C._set_grad_enabled = real
@@ -127,6 +131,8 @@ def describe_read(name: str, args: tuple) -> str:
     """`torch.get_float32_matmul_precision()`, `torch.backends.cudnn.deterministic` (an attribute)."""
     if name == environ.READ:
         return f"os.environ.get({show(args[0])})"
+    if name in calls.GETTERS:
+        return calls.GETTERS[name][1]
     if backend_flags.is_attribute(name):
         return f"torch.{name}"
     return f"torch.{name}({', '.join(map(show, args))})"
@@ -141,6 +147,8 @@ def real_getter(name: str) -> Callable:
     """What the prologue calls to read a setting noted as `name` (a torch getter, or a backend flag's getter)."""
     if name == environ.READ:
         return environ.real_getter()
+    if name in calls.GETTERS:
+        return calls.GETTERS[name][0]
     return backend_flags.real_getter(name) or _real(name)
 
 
@@ -149,6 +157,43 @@ def snapshot() -> tuple:
     with quiet():  # (torch's getters call the C getters, wrapped while tracing)
         values = tuple(_real(n)() for n in GETTERS if n not in ("get_autocast_dtype", "get_default_device"))
         return values, torch.default_generator.get_state(), backend_flags.snapshot(), _cuda_rng(), _host_rng()
+
+
+_tracked = threading.local()  # this thread's snapshots taken as its traces started (a trace inside a trace: a stack)
+
+
+@contextmanager
+def tracked(before: tuple) -> Iterator[list]:
+    """`[before]`, the snapshot a trace's settings are compared with and its random state restored to. A module that
+    a trace imports (`library.importing`) may seed or draw at import time, once per process as in eager: where the
+    state was the trace's snapshot as the import started, the state after it becomes the snapshot."""
+    stack = _tracked.__dict__.setdefault("stack", [])
+    stack.append([before])
+    try:
+        yield stack[-1]
+    finally:
+        stack.pop()
+
+
+def _around_import() -> Callable[[], None] | None:
+    stack = getattr(_tracked, "stack", None)
+    if not stack:
+        return None
+    at_start = snapshot()
+
+    def end() -> None:
+        if _same(at_start, stack[-1][0]):
+            stack[-1][0] = snapshot()
+
+    return end
+
+
+library.AROUND_IMPORTS.append(_around_import)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return (a[0] == b[0] and torch.equal(a[1], b[1]) and a[2] == b[2] and _same_states(a[3], b[3])
+            and _same_host_states(a[4], b[4]))  # fmt: skip
 
 
 def check_unchanged(before: tuple, state: Any, site: str) -> None:
@@ -164,22 +209,28 @@ def check_unchanged(before: tuple, state: Any, site: str) -> None:
         if old != new:
             raise UnsupportedOpError(f"changing torch.{name} inside a compiled function", site,
                                      "the change would happen only while tracing; change it outside")  # fmt: skip
-    if not torch.equal(before[1], rng) or not _same_states(before[3], _cuda_rng()):  # (seeding is an op)
+    watch = getattr(state, "calls", None)  # (None: a trace without one; any change counts)
+    drew, drew_host = (True, True) if watch is None else (watch.drew_torch, watch.drew_host)  # (this thread's own)
+    if drew and (not torch.equal(before[1], rng) or not _same_states(before[3], _cuda_rng())):  # (seeding is an op)
         raise UnsupportedOpError("drawing random numbers (or changing the random state) inside a compiled function",
                                  site, "random ops are not traced; draw the numbers outside the "
                                  "compiled function and pass them in")  # fmt: skip
-    if not _same_host_states(before[4], _host_rng()):
+    if not _same_host_states(before[4], _host_rng(), drew_host):
         raise UnsupportedOpError("drawing random numbers from Python's `random` or numpy's `np.random` inside a "
                                  "compiled function", site, "they would be drawn once, while tracing; "
                                  "use torch.rand / torch.randint (traced), or draw outside and pass them in")  # fmt: skip
 
 
-def restore_rng(before: tuple) -> None:
-    """Undo what anything did to the random state while tracing (a failed compile changes nothing)."""
-    torch.default_generator.set_state(before[1])
-    if not _same_host_states(before[4], _host_rng()):
-        _restore_host_rng(before[4])
-    if before[3] is not None and not _same_states(before[3], _cuda_rng()):
+def restore_rng(before: tuple, state: Any = None) -> None:
+    """Undo what this thread did to the random state while tracing (a failed compile changes nothing); what other
+    threads drew meanwhile stands where the trace's watch (`calls.Watch`) saw this thread draw nothing."""
+    watch = getattr(state, "calls", None)
+    drew, drew_host = (True, True) if watch is None else (watch.drew_torch, watch.drew_host)
+    if drew:
+        torch.default_generator.set_state(before[1])
+    if not _same_host_states(before[4], _host_rng(), drew_host):
+        _restore_host_rng(before[4], drew_host)
+    if drew and before[3] is not None and not _same_states(before[3], _cuda_rng()):
         torch.cuda.set_rng_state_all(before[3])
 
 
@@ -189,16 +240,19 @@ def _host_rng() -> tuple:
     return random.getstate(), (np.random.get_state() if np is not None else None)
 
 
-def _same_host_states(a: tuple, b: tuple) -> bool:
-    if a[0] != b[0] or (a[1] is None) != (b[1] is None):
+def _same_host_states(a: tuple, b: tuple, python_too: bool = True) -> bool:
+    """Python's `random` state is compared where this thread called a method of it (`calls.Watch.drew_host`: other
+    threads' draws are theirs); numpy's global state always (its Cython functions show no call event)."""
+    if (python_too and a[0] != b[0]) or (a[1] is None) != (b[1] is None):
         return False
     return a[1] is None or all(
         (x == y).all() if hasattr(x, "shape") else x == y for x, y in zip(a[1], b[1])
     )  # (name, keys array, pos, has_gauss, cached_gaussian)
 
 
-def _restore_host_rng(before: tuple) -> None:
-    random.setstate(before[0])
+def _restore_host_rng(before: tuple, python_too: bool = True) -> None:
+    if python_too:
+        random.setstate(before[0])
     np = sys.modules.get("numpy")
     if before[1] is not None and np is not None:
         np.random.set_state(before[1])

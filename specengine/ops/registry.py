@@ -127,6 +127,8 @@ def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
     An in-place op on a real tensor (one closed over from outside) would mutate it only while tracing, never on
     cached calls: it is rejected. (Meta tensors are the stand-ins that decompositions run torch's checks on.)
     """
+    if context.current() is None and not has_proxy((args, kwargs)):
+        return func(*args, **kwargs)  # outside tracing (code run by an import while tracing): eager torch
     args, kwargs = as_torch_reads(args, kwargs, func in _DATA)  # numbers, strings of other types: what torch reads
     sym = TORCH_TABLE.get(func)
     if kwargs and (sym is not None or func in _INPLACE_VARIANTS):
