@@ -35,6 +35,7 @@ from specengine.capture import module_reads
 from specengine.capture.library import SITE, is_library
 from specengine.capture.pytypes import give_type, names_type, take_type, traced_type
 from specengine.errors import UnsupportedOpError
+from specengine.prologue.external import user_module_object
 from specengine.provenance import _is_internal
 
 _SKIP, _USER, _ENTER, _TYPE = 0, 1, 2, 4
@@ -156,7 +157,7 @@ class Coverage:
 
 
 def _guardable(value: Any) -> bool:
-    return not isinstance(value, types.ModuleType) and value is not traced_type
+    return (not isinstance(value, types.ModuleType) or user_module_object(value)) and value is not traced_type
 
 
 @functools.lru_cache(maxsize=4096)

@@ -15,6 +15,7 @@ from specengine.constraints.floats import FloatExpr
 from specengine.constraints.solver import Solution
 from specengine.ops.outside import reach
 from specengine.prologue.codegen import Check, Guard, Prologue
+from specengine.prologue.contents import Contents, needs_contents
 from specengine.prologue.external import _ABSENT, ObjGuard, fail_source, has_value_semantics
 from specengine.prologue.inputs import (
     AliasSpec,
@@ -165,8 +166,16 @@ def _const_check(st: _Steps, spec: ConstSpec) -> None:
         st.check(f"type({x}) is not {type(v).__name__} or {x} != {st.name(v, 'const')}", f"{p} == {v!r}", (p, x))
     elif has_value_semantics(v):  # devices, slices, torch.Size...: an equal object serves, not only the same one
         st.check(fail_source(x, v, st.name), f"{p} == {v!r}", (p, x))
+    elif needs_contents(v):
+        _contents_check(st, x, p, v)
     else:
         st.check(f"{x} is not {st.name(v, 'obj')}", f"{p} is the object seen at compile time", (p, x))
+
+
+def _contents_check(st: _Steps, read: str, text: str, value: Any) -> None:
+    """An object the trace read through (a set, a partial, a class, a helper function...): its fingerprint."""
+    guard = st.name(Contents(value, text), "contents")
+    st.check(f"not {guard}({read})", f"{text} has the contents seen at compile time", (text, read))
 
 
 def _symbol_sources(specs: InputSpecs) -> dict[str, tuple[Any, int | None]]:
@@ -297,6 +306,9 @@ def _captured_checks(st: _Steps, captured: list) -> None:
 
 
 def _object_check(st: _Steps, read: str, text: str, value: Any) -> None:
+    if needs_contents(value):  # read through: its fingerprint, not its identity (prologue/contents.py)
+        _contents_check(st, read, text, value)
+        return
     shown = f"{text} == {value!r}" if has_value_semantics(value) else f"{text} is the object seen at compile time"
     st.check(fail_source(read, value, st.name), shown, (text, read))
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 import dis
 import functools
 import math
+import os
+import sys
+import sysconfig
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -124,6 +127,8 @@ def defaults_guards(func: Any, owner: str) -> list[ObjGuard]:
     out = []
     key = f"_func_{id(func)}"
     names = {key: func, "_absent": _ABSENT}
+    if isinstance(getattr(func, "__code__", None), types.CodeType):  # replaced (autoreload): another program
+        out.append(ObjGuard(f"{key}.__code__", f"{owner}.__code__", func.__code__, names))
     if getattr(func, "__defaults__", None) is not None:
         out.append(ObjGuard(f"{key}.__defaults__", f"{owner}.__defaults__", func.__defaults__, names))
     kwd = getattr(func, "__kwdefaults__", None)
@@ -204,7 +209,26 @@ def captured_values(target: Callable) -> list[tuple[str, Any, Any, Any]]:
 
 
 def guardable(value: Any) -> bool:
-    return not isinstance(value, types.ModuleType)
+    """Library modules are left out (their attributes are constants); the user's own are read through."""
+    return not isinstance(value, types.ModuleType) or user_module_object(value)
+
+
+_LIBRARY_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep
+                       for k in ("stdlib", "platstdlib", "purelib", "platlib")})  # fmt: skip
+_FRAMEWORKS = frozenset({"torch", "functorch", "numpy", "specengine", "z3", "builtins"})
+
+
+def user_module_object(m: Any) -> bool:
+    """A module of the user's (made with `types.ModuleType`, or a file outside the standard library and
+    site-packages), whose attributes a trace reads as it reads an object's."""
+    if not isinstance(m, types.ModuleType):
+        return False
+    d = vars(m)
+    name = d.get("__name__")
+    if not isinstance(name, str) or name.partition(".")[0] in _FRAMEWORKS or name in sys.builtin_module_names:
+        return False
+    file = d.get("__file__")
+    return not isinstance(file, str) or not os.path.abspath(file).startswith(_LIBRARY_DIRS)
 
 
 def user_function(v: Any) -> bool:
