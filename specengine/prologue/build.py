@@ -175,7 +175,8 @@ def _const_check(st: _Steps, spec: ConstSpec) -> None:
 def _contents_check(st: _Steps, read: str, text: str, value: Any) -> None:
     """An object the trace read through (a set, a partial, a class, a helper function...): its fingerprint."""
     guard = st.name(Contents(value, text), "contents")
-    st.check(f"not {guard}({read})", f"{text} has the contents seen at compile time", (text, read))
+    st.check(f"not {guard}({read})", f"{text} has the contents seen at compile time", ("", f"{guard}.explain({read})"),
+             describe=True)  # fmt: skip
 
 
 def _symbol_sources(specs: InputSpecs) -> dict[str, tuple[Any, int | None]]:
@@ -305,8 +306,8 @@ def _captured_checks(st: _Steps, captured: list) -> None:
         _object_check(st, where, text, value)
 
 
-def _object_check(st: _Steps, read: str, text: str, value: Any) -> None:
-    if needs_contents(value):  # read through: its fingerprint, not its identity (prologue/contents.py)
+def _object_check(st: _Steps, read: str, text: str, value: Any, identity: bool = False) -> None:
+    if needs_contents(value) and not identity:  # read through: its fingerprint, not its identity (prologue/contents.py)
         _contents_check(st, read, text, value)
         return
     shown = f"{text} == {value!r}" if has_value_semantics(value) else f"{text} is the object seen at compile time"
@@ -318,7 +319,7 @@ def _external_checks(st: _Steps, guards: list[ObjGuard]) -> None:
     for g in guards:
         for k, v in g.names.items():
             st.glb.setdefault(k, v)
-        _object_check(st, g.read, g.text, g.value)
+        _object_check(st, g.read, g.text, g.value, g.identity)
 
 
 def _lifted_checks(st: _Steps, lifted: list) -> None:

@@ -83,131 +83,150 @@ def _slots(cls: type) -> tuple:
 
 class _Walk:
     """One fingerprint: the key, the objects it names by identity (kept alive, so no id is reused), and the stamp:
-    tag readers (dicts, types), sequences compared item by item, (object, attribute names) compared by identity."""
+    tag readers (dicts, types), sequences compared item by item, (object, attribute names) compared by identity.
+    With `flat` given, it also fills it with each leaf's path and shown value (for explaining a failed check)."""
 
-    def __init__(self) -> None:
+    def __init__(self, flat: dict | None = None) -> None:
         self.keep: list = []
         self.tags: list = []
         self.seqs: list = []
         self.attrs: list = []
         self.exact = stamps.TAGS_READABLE and classes.TAGS_READABLE  # else: no stamp, the key every call
+        self.flat = flat
         self._active: set = set()
 
-    def ident(self, v: Any) -> tuple:
-        self.keep.append(v)
-        return ("id", id(v))
+    def leaf(self, path: str, k: Any, shown: Any) -> Any:
+        if self.flat is not None:
+            self.flat.setdefault(path, shown() if callable(shown) else shown)
+        return k
 
-    def dict_items(self, d: dict, depth: int) -> tuple:
+    def ident(self, v: Any, path: str) -> tuple:
+        self.keep.append(v)
+        return self.leaf(path, ("id", id(v)), lambda: ("id", id(v), type(v).__name__))
+
+    def dict_items(self, d: dict, depth: int, path: str, attrs: bool = False) -> tuple:
         self.tags.append(stamps._tag_reader(d))
         self.keep.append(d)
-        return tuple((self.key(k, depth), self.key(x, depth)) for k, x in dict.items(d))
+        self.leaf(f"{path}: keys", None, lambda: ("value", repr(list(d))))
+        at = (lambda k: f"{path}.{k}") if attrs else (lambda k: f"{path}[{k!r}]")
+        return tuple((self.key(k, depth, f"{path}: a key"), self.key(x, depth, at(k))) for k, x in dict.items(d))
 
-    def key(self, v: Any, depth: int = 0) -> Any:
+    def key(self, v: Any, depth: int = 0, path: str = "") -> Any:
         t = type(v)
         if t in (int, str, bytes, bool, type(None)) or v is Ellipsis or v is NotImplemented:
-            return (t, v)
+            return self.leaf(path, (t, v), lambda: ("value", repr(v)))
         if t in (float, complex):
-            return (t, repr(v))
+            return self.leaf(path, (t, repr(v)), lambda: ("value", repr(v)))
+        if isinstance(v, torch.Tensor):  # an input, or lifted: the prologue checks the place that held it
+            return ("tensor",)
         if t in (tuple, frozenset, torch.Size) and has_value_semantics(v):
-            inner = tuple(self.key(x, depth) for x in v)
-            return (t, frozenset(inner) if t is frozenset else inner)
+            return self.leaf(path, (t, frozenset(map(self.key, v)) if t is frozenset else tuple(map(self.key, v))),
+                             lambda: ("value", repr(v)))  # fmt: skip
         if has_value_semantics(v):  # a device, a slice, a range
-            return ("value", t, repr(v))
+            return self.leaf(path, ("value", t, repr(v)), lambda: ("value", repr(v)))
         if depth > _DEPTH or id(v) in self._active or not needs_contents(v):
-            return self.ident(v)
+            return self.ident(v, path)
         self._active.add(id(v))
         try:
-            return self._contents(v, t, depth + 1)
+            return self._contents(v, t, depth + 1, path)
         finally:
             self._active.discard(id(v))
 
-    def _contents(self, v: Any, t: type, depth: int) -> tuple:
+    def _contents(self, v: Any, t: type, depth: int, path: str) -> tuple:
         if isinstance(v, dict):
-            return (t, self.dict_items(v, depth), self._instance_dict(v, t, depth))
-        if isinstance(v, (list, tuple, collections.deque)):
-            if not isinstance(v, tuple):
+            return (t, self.dict_items(v, depth, path), self._instance_dict(v, t, depth, path))
+        if isinstance(v, (list, tuple, collections.deque, set, frozenset)):
+            if not isinstance(v, (tuple, frozenset)):
                 self.seqs.append(v)
                 self.keep.append(v)
-            return (t, tuple(self.key(x, depth) for x in v), self._instance_dict(v, t, depth))
-        if isinstance(v, (set, frozenset)):
-            if isinstance(v, set):
-                self.seqs.append(v)
-                self.keep.append(v)
-            return (t, frozenset(self.key(x, depth) for x in v), self._instance_dict(v, t, depth))
+            if isinstance(v, (set, frozenset)):
+                inner: Any = frozenset(self.key(x, depth) for x in v)
+                self.leaf(path, None, lambda: ("value", repr(v)))
+            else:
+                self.leaf(f"len({path})", None, ("value", repr(len(v))))
+                inner = tuple(self.key(x, depth, f"{path}[{i}]") for i, x in enumerate(v))
+            return (t, inner, self._instance_dict(v, t, depth, path))
         if t is types.MappingProxyType:
             self.seqs.append(v)  # its items by identity (no tag is reachable through the proxy)
             self.keep.append(v)
-            return (t, tuple((self.key(k, depth), self.key(x, depth)) for k, x in v.items()))
+            self.leaf(f"{path}: keys", None, lambda: ("value", repr(list(v))))
+            return (t, tuple((self.key(k, depth), self.key(x, depth, f"{path}[{k!r}]")) for k, x in v.items()))
         if isinstance(v, functools.partial):
             self.attrs.append((v, ("func", "args", "keywords")))
             self.keep.append(v)
-            kw = self.dict_items(v.keywords, depth) if type(v.keywords) is dict else self.key(v.keywords, depth)
-            return (t, self.key(v.func, depth), self.key(v.args, depth), kw, self._instance_dict(v, t, depth))
+            kw = v.keywords
+            kw = self.dict_items(kw, depth, f"{path}.keywords") if type(kw) is dict else self.key(kw, depth)
+            return (t, self.key(v.func, depth, f"{path}.func"), self.key(v.args, depth, f"{path}.args"), kw,
+                    self._instance_dict(v, t, depth, path))  # fmt: skip
         if t is types.MethodType:
-            return (t, self.key(v.__func__, depth), self.key(v.__self__, depth))
+            return (t, self.key(v.__func__, depth, f"{path}.__func__"), self.key(v.__self__, depth, f"{path}.__self__"))
         if t is types.FunctionType:
-            return self._function(v, depth)
+            return self._function(v, depth, path)
         if isinstance(v, type):
-            return self._class(v, depth)
+            return self._class(v, depth, path)
         if isinstance(v, types.ModuleType):
-            return self._module(v, depth)
-        return self._object(v, t, depth)
+            return self._module(v, depth, path)
+        return self._object(v, t, depth, path)
 
-    def _module(self, m: types.ModuleType, depth: int) -> tuple:
+    def _module(self, m: types.ModuleType, depth: int, path: str) -> tuple:
         """A user module: its attributes (not the dunders), the containers among them one level down."""
         d = vars(m)
         self.tags.append(stamps._tag_reader(d))
         self.keep.append(m)
+        self.ident(m, f"{path}: the module")
         inner = max(depth, _DEPTH - 1)
-        items = tuple((k, self.key(x, inner)) for k, x in dict.items(d) if type(k) is str and not k.startswith("__"))
+        items = tuple((k, self.key(x, inner, f"{path}.{k}")) for k, x in dict.items(d)
+                      if type(k) is str and not k.startswith("__"))  # fmt: skip
         return ("mod", id(m), items)
 
-    def _instance_dict(self, v: Any, t: type, depth: int) -> Any:
+    def _instance_dict(self, v: Any, t: type, depth: int, path: str) -> Any:
         """A container subclass's instance attributes (an AttrDict's own fields), and its class."""
         if t in _CONTAINERS:
             return None
         d = getattr(v, "__dict__", None)
-        return (self.key(t, depth), self.dict_items(d, depth) if type(d) is dict else None)
+        return (self.key(t, depth, f"type({path})"), self.dict_items(d, depth, path, True) if type(d) is dict else None)
 
-    def _function(self, f: types.FunctionType, depth: int) -> tuple:
+    def _function(self, f: types.FunctionType, depth: int, path: str) -> tuple:
         self.attrs.append((f, ("__code__", "__defaults__", "__kwdefaults__", "__closure__")))
-        self.keep.append(f)
+        self.ident(f, f"{path}: the function")
+        self.ident(f.__code__, f"{path}.__code__")
         cells = []
-        for c in f.__closure__ or ():
+        for i, c in enumerate(f.__closure__ or ()):
             self.attrs.append((c, ("cell_contents",)))
             try:
-                cells.append(self.key(c.cell_contents, depth))
+                cells.append(self.key(c.cell_contents, depth, f"{path}.__closure__[{i}].cell_contents"))
             except ValueError:  # an empty cell
                 cells.append(("empty",))
         kwd = f.__kwdefaults__
-        return ("fn", id(f), id(f.__code__), self.key(f.__defaults__, depth),
-                self.dict_items(kwd, depth) if type(kwd) is dict else None, tuple(cells),
-                self.dict_items(f.__dict__, depth))  # fmt: skip
+        return ("fn", id(f), id(f.__code__), self.key(f.__defaults__, depth, f"{path}.__defaults__"),
+                self.dict_items(kwd, depth, f"{path}.__kwdefaults__") if type(kwd) is dict else None, tuple(cells),
+                self.dict_items(f.__dict__, depth, path, True))  # fmt: skip
 
-    def _class(self, cls: type, depth: int) -> tuple:
+    def _class(self, cls: type, depth: int, path: str) -> tuple:
         getattr(cls, "__specengine_probe__", None)  # a lookup assigns the version tag the stamp reads
         self.tags.append(ctypes.c_uint.from_address(id(cls) + classes._TAG_OFFSET))
-        self.keep.append(cls)
+        self.ident(cls, f"{path}: the class")
         spaces = []
         for c in cls.__mro__:
             if c is object or not user_class(c):
                 continue
             items = sorted((k, x) for k, x in vars(c).items() if type(k) is str and k not in _SKIP_CLASS_KEYS)
-            spaces.append((id(c), tuple((k, self.key(x, depth)) for k, x in items)))
+            self.leaf(f"{c.__name__}: attributes", None, ("value", repr([k for k, _ in items])))
+            spaces.append((id(c), tuple((k, self.key(x, depth, f"{c.__name__}.{k}")) for k, x in items)))
         return ("cls", id(cls), tuple(map(id, cls.__mro__)), tuple(spaces))
 
-    def _object(self, v: Any, t: type, depth: int) -> tuple:
-        self.keep.append(v)
+    def _object(self, v: Any, t: type, depth: int, path: str) -> tuple:
+        self.ident(v, f"{path}: the object")
         d = getattr(v, "__dict__", None)
-        fields = self.dict_items(d, depth) if type(d) is dict else None
+        fields = self.dict_items(d, depth, path, True) if type(d) is dict else None
         slots = _slots(t)
         if slots:
             self.attrs.append((v, slots))
-        missing = ("absent",)
-        values = tuple(self.key(getattr(v, n), depth) if hasattr(v, n) else missing for n in slots)
+        values = tuple(self.key(getattr(v, n), depth, f"{path}.{n}") if hasattr(v, n)
+                       else self.leaf(f"{path}.{n}", ("absent",), None) for n in slots)  # fmt: skip
         if type(d) is dict:
             self.attrs.append((v, ("__dict__",)))
-        return ("obj", id(v), self.key(t, depth), fields, values)
+        return ("obj", id(v), self.key(t, depth, f"type({path})"), fields, values)
 
     def evidence(self) -> tuple | None:
         """The stamp now; None where it cannot be trusted (a type without a version tag, no readable tags)."""
@@ -249,8 +268,9 @@ class Contents:
 
     def __init__(self, value: Any, text: str):
         self.text = text
-        walk = _Walk()
-        self.expected = walk.key(value)
+        self.flat: dict = {}
+        walk = _Walk(self.flat)
+        self.expected = walk.key(value, 0, text)
         self.first = walk  # holds what the expected key names by identity
         self._arm(value, walk)
 
@@ -279,4 +299,32 @@ class Contents:
         return True
 
     def explain(self, v: Any) -> str:
-        return f"{self.text} has the contents seen at compile time failed: {self.text} changed"
+        """The first changed part, as `<what> == <expected> failed: <what> = <actual>`."""
+        actual: dict = {}
+        _Walk(actual).key(v, 0, self.text)
+        for path in [*self.flat, *(p for p in actual if p not in self.flat)]:
+            old, new = self.flat.get(path), actual.get(path)
+            if old != new:
+                return _message(path, old, new)
+        return f"{self.text} has the contents seen at compile time"
+
+
+def _message(path: str, old: Any, new: Any) -> str:
+    if ":" in path:  # a set of keys, the object itself
+        what = path.partition(":")[0]
+        if old is None:
+            return f"{what} is unchanged failed: {path.partition(': ')[2]} appeared"
+        if old[0] == "id":
+            return f"{what} is the object seen at compile time failed: {what} is another {old[2]}"
+        return f"{what} is unchanged failed: {path.partition(': ')[2]} = {new[1] if new else 'absent'}"
+    if old is None:
+        return f"{path} is absent failed: {path} = {_shown(new)}"
+    if old[0] == "value":
+        return f"{path} == {old[1]} failed: {path} = {_shown(new)}"
+    return f"{path} is the object seen at compile time failed: {path} = {_shown(new)}"
+
+
+def _shown(leaf: Any) -> str:
+    if leaf is None:
+        return "absent"
+    return leaf[1] if leaf[0] == "value" else f"another {leaf[2]}"

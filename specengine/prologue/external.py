@@ -63,6 +63,7 @@ class ObjGuard:
     text: str  # the value's name for the user: "self.k", "global K", "f.__defaults__"
     value: Any
     names: dict = field(default_factory=dict, compare=False)  # prologue globals the read needs
+    identity: bool = False  # compared by identity even where its contents were read (a `__dict__` not replaced)
 
     @property
     def by_value(self) -> bool:
@@ -114,7 +115,7 @@ def object_guards(obj: Any, owner: str) -> list[ObjGuard]:
         return []
     key = f"_obj_{id(obj)}"
     names = {key: d, "_absent": _ABSENT, f"{key}_self": obj}
-    out = [ObjGuard(f"vars({key}_self)", f"{owner}.__dict__", d, names),  # not replaced by object.__setattr__
+    out = [ObjGuard(f"vars({key}_self)", f"{owner}.__dict__", d, names, True),  # not replaced by object.__setattr__
            ObjGuard(f"len({key})", f"the number of attributes of {owner}", len(d), names)]  # fmt: skip
     for attr, value in d.items():
         if type(attr) is str and not isinstance(value, torch.Tensor):  # tensors are inputs (prologue/state.py)
