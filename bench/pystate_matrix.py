@@ -3,7 +3,7 @@ under the three dynamic modes against eager. Prints, per kind, a table of reads 
 programs (over the places) that pass, are refused with a reason, or FAIL; `--docs` writes the same tables into
 docs/python-semantics.md between its `pystate-matrix` markers, so that the spec and the tests cannot drift apart.
 
-    python bench/pystate_matrix.py [--kinds set,deque] [--failures] [--docs] [--json FILE] [--jobs N]
+    python bench/pystate_matrix.py [--kinds set,deque] [--failures] [--docs] [--json FILE] [--jobs N] [--from-json FILE]
 """
 
 from __future__ import annotations
@@ -92,8 +92,13 @@ def main() -> None:
     parser.add_argument("--docs", action="store_true", help="write docs/python-semantics.md's tables")
     parser.add_argument("--json", help="write {program: outcome} to this file")
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--from-json", help="print (and with --docs write) the matrix of an earlier --json run")
     opts = parser.parse_args()
-    results = run(opts.kinds.split(","), opts.jobs)
+    if opts.from_json:
+        with open(opts.from_json) as f:
+            results = json.load(f)
+    else:
+        results = run(opts.kinds.split(","), opts.jobs)
     text = tables(results)
     print(text)
     t = totals(results)

@@ -184,7 +184,9 @@ def _closure_cells(codes: list, frees: dict, proxy_free: Any) -> list:
             cells = []
             for i, (name, cell) in enumerate(zip(code.co_freevars, f.__closure__ or ())):
                 try:
-                    cells.append(("cell", (i, name), cell.cell_contents, f.__closure__))
+                    # ("ran": a cell of code seen running, not of the function or its static helpers: a list held
+                    # there is compared by identity, so a log its functions append to is not a new entry per call)
+                    cells.append(("cell", (i, name, "ran"), cell.cell_contents, f.__closure__))
                 except ValueError:  # an empty cell: reading it raises NameError, as it will at run time
                     continue
             if all(proxy_free(v) for _, _, v, _ in cells):  # else made while tracing, of traced values

@@ -186,7 +186,7 @@ class _Walk:
         d = getattr(v, "__dict__", None)
         return (self.key(t, depth, f"type({path})"), self.dict_items(d, depth, path, True) if type(d) is dict else None)
 
-    def _function(self, f: types.FunctionType, depth: int, path: str) -> tuple:
+    def _function(self, f: types.FunctionType, depth: int, path: str, cells_deep: bool = True) -> tuple:
         self.attrs.append((f, ("__code__", "__defaults__", "__kwdefaults__", "__closure__")))
         self.ident(f, f"{path}: the function")
         self.ident(f.__code__, f"{path}.__code__")
@@ -194,7 +194,11 @@ class _Walk:
         for i, c in enumerate(f.__closure__ or ()):
             self.attrs.append((c, ("cell_contents",)))
             try:
-                cells.append(self.key(c.cell_contents, depth, f"{path}.__closure__[{i}].cell_contents"))
+                where = f"{path}.__closure__[{i}].cell_contents"
+                x = c.cell_contents
+                cells.append(
+                    self.key(x, depth, where) if cells_deep or has_value_semantics(x) else self.ident(x, where)
+                )
             except ValueError:  # an empty cell
                 cells.append(("empty",))
         kwd = f.__kwdefaults__
@@ -212,8 +216,15 @@ class _Walk:
                 continue
             items = sorted((k, x) for k, x in vars(c).items() if type(k) is str and k not in _SKIP_CLASS_KEYS)
             self.leaf(f"{c.__name__}: attributes", None, ("value", repr([k for k, _ in items])))
-            spaces.append((id(c), tuple((k, self.key(x, depth, f"{c.__name__}.{k}")) for k, x in items)))
+            spaces.append((id(c), tuple((k, self._member(x, depth, f"{c.__name__}.{k}")) for k, x in items)))
         return ("cls", id(cls), tuple(map(id, cls.__mro__)), tuple(spaces))
+
+    def _member(self, x: Any, depth: int, path: str) -> Any:
+        """A class attribute; a method's closure cells by identity (the cells of a method hold what it logs to: a
+        list its calls append to outside the trace must not make every call a new entry)."""
+        if type(x) is types.FunctionType and needs_contents(x) and depth <= _DEPTH:
+            return self._function(x, depth + 1, path, cells_deep=False)
+        return self.key(x, depth, path)
 
     def _object(self, v: Any, t: type, depth: int, path: str) -> tuple:
         self.ident(v, f"{path}: the object")
