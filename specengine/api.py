@@ -33,6 +33,8 @@ from specengine.logs import topic
 from specengine.marks import check_marks, mark_constraints
 from specengine.prologue.build import build_index_key, build_prologue
 from specengine.prologue.codegen import Prologue
+from specengine.prologue.contents import key as contents_key
+from specengine.prologue.contents import needs_contents
 from specengine.prologue.external import ObjGuard
 from specengine.prologue.inputs import ConstSpec, InputSpecs, TensorSpec, describe_inputs
 from specengine.provenance import Provenance
@@ -344,9 +346,18 @@ def _autocast_state() -> tuple:
 def _static_key(specs: InputSpecs) -> str:
     """The static facts of the inputs (types, dtypes, devices, ranks, constants), module state included, and the
     outside values the trace read (so entries for two values of a global both stay)."""
-    external = [g.key for g in specs.external] + [ObjGuard("", str(c[1]), c[2]).key for c in specs.captured]
-    objects = [ObjGuard("", c.path, c.value).key for c in _constants(specs.params)]  # equal reprs, other objects
+    external = [_outside_key(g.text, g.value, g.key) for g in specs.external]
+    external += [_outside_key(str(c[1]), c[2], None) for c in specs.captured]
+    objects = [_outside_key(c.path, c.value, None) for c in _constants(specs.params)]  # equal reprs, other objects
     return repr((specs.params, specs.state, external, objects, [g.key for g in specs.structure]))
+
+
+def _outside_key(text: str, value: Any, key: Any) -> Any:
+    """An outside value's part of the entry key: by fingerprint where its contents were read (an entry for a set
+    before and after an in-place change both stay), else `ObjGuard.key` (value or identity)."""
+    if needs_contents(value):
+        return (text, contents_key(value))
+    return key if key is not None else ObjGuard("", text, value).key
 
 
 def _constants(specs: tuple) -> list[ConstSpec]:

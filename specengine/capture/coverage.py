@@ -35,6 +35,7 @@ from specengine.capture import module_reads
 from specengine.capture.library import SITE, importing_now, is_library
 from specengine.capture.pytypes import give_type, names_type, take_type, traced_type
 from specengine.errors import UnsupportedOpError
+from specengine.prologue.external import user_module_object
 from specengine.provenance import _is_internal
 
 _SKIP, _USER, _ENTER, _TYPE = 0, 1, 2, 4
@@ -161,7 +162,7 @@ class Coverage:
 
 
 def _guardable(value: Any) -> bool:
-    return not isinstance(value, types.ModuleType) and value is not traced_type
+    return (not isinstance(value, types.ModuleType) or user_module_object(value)) and value is not traced_type
 
 
 @functools.lru_cache(maxsize=4096)
@@ -188,7 +189,9 @@ def _closure_cells(codes: list, frees: dict, proxy_free: Any) -> list:
             cells = []
             for i, (name, cell) in enumerate(zip(code.co_freevars, f.__closure__ or ())):
                 try:
-                    cells.append(("cell", (i, name), cell.cell_contents, f.__closure__))
+                    # ("ran": a cell of code seen running, not of the function or its static helpers: a list held
+                    # there is compared by identity, so a log its functions append to is not a new entry per call)
+                    cells.append(("cell", (i, name, "ran"), cell.cell_contents, f.__closure__))
                 except ValueError:  # an empty cell: reading it raises NameError, as it will at run time
                     continue
             if all(proxy_free(v) for _, _, v, _ in cells):  # else made while tracing, of traced values

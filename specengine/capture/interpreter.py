@@ -38,6 +38,7 @@ from specengine.ir.trace import Trace
 from specengine.ops import layouts, ltorch, outside  # noqa: F401 - they register ops and Tensor attributes
 from specengine.ops.registry import TraceMode
 from specengine.prologue.classes import ClassGuard
+from specengine.prologue.contents import needs_contents
 from specengine.prologue.external import ObjGuard, has_value_semantics, unwrap, user_class
 from specengine.prologue.fields import config_objects_of, names_read
 from specengine.prologue.inputs import (
@@ -229,7 +230,8 @@ def _guard_outside_reads(specs: InputSpecs, state: CaptureState, target: Callabl
 def _guard_captured_classes(specs: InputSpecs) -> None:
     """Classes read as globals or closure variables (`_Scale.factor`, `Registry.table`): their namespaces, as for
     the classes of modules (a version tag per call; prologue/classes.py)."""
-    classes = [v for _, _, v, _ in specs.captured if isinstance(v, type) and not issubclass(v, type) and user_class(v)]
+    classes = [v for _, _, v, _ in specs.captured
+               if isinstance(v, type) and not issubclass(v, type) and user_class(v) and not needs_contents(v)]  # fmt: skip
     if classes:
         specs.structure.append(ClassGuard(classes, "the classes read as globals"))
 
@@ -245,7 +247,7 @@ def _guard_config_objects(specs: InputSpecs, plain: list, constants: list, ran: 
 
     named = [(_captured_text(c), c[2]) for c in specs.captured]
     named += [(f"self.{k}", v) for d in plain for k, v in d.items()] + constants
-    found = config_objects_of(named)
+    found = config_objects_of([(p, v) for p, v in named if not needs_contents(v)])  # else: a fingerprint
     if found:
         specs.structure.append(ObjectsGuard(found))
 

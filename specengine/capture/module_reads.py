@@ -42,7 +42,7 @@ from typing import Any, Iterator
 from specengine.capture.library import is_library
 from specengine.errors import UnsupportedOpError
 from specengine.ir.literals import show
-from specengine.prologue.external import has_value_semantics
+from specengine.prologue.external import has_value_semantics, user_module_object
 
 _FRAMEWORKS = frozenset({"torch", "functorch", "numpy", "specengine", "z3", "builtins"})
 _SOURCES = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FAST")
@@ -192,7 +192,7 @@ def captured(codes: dict, free_modules: dict, absent: Any) -> list:
         if attr not in d and "__getattr__" in d:
             continue
         value = d.get(attr, absent)
-        if not isinstance(value, types.ModuleType):
+        if not isinstance(value, types.ModuleType) or user_module_object(value):
             out.append(("attr", (attr, f"{d.get('__name__', 'a module')}.{attr}"), value, d))
     return out
 

@@ -349,7 +349,8 @@ def _lru_wrappers(codes: dict) -> list:
     for glb in {id(g): g for g in codes.values()}.values():
         for v in list(glb.values()):
             for w in [v, *(vars(v).values() if isinstance(v, type) else ())]:
-                w = getattr(w, "__func__", w)  # (a staticmethod or classmethod around it)
+                w = w.__func__ if isinstance(w, (staticmethod, classmethod)) else w  # (not getattr: an AttrDict's
+                # __getattr__ may raise KeyError)
                 if isinstance(w, _LRU) and getattr(getattr(w, "__wrapped__", None), "__code__", None) in codes:
                     out[id(w)] = w
     return list(out.values())

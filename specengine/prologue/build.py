@@ -16,6 +16,7 @@ from specengine.constraints.solver import Solution
 from specengine.ir.literals import literal, show, source_key
 from specengine.ops.outside import reach
 from specengine.prologue.codegen import Check, Guard, Prologue
+from specengine.prologue.contents import Contents, needs_contents
 from specengine.prologue.external import _ABSENT, ObjGuard, fail_source, has_value_semantics
 from specengine.prologue.inputs import (
     AliasSpec,
@@ -170,8 +171,17 @@ def _const_check(st: _Steps, spec: ConstSpec) -> None:
         st.check(f"type({x}) is not {type(v).__name__} or {x} != {st.name(v, 'const')}", f"{p} == {shown}", (p, x))
     elif has_value_semantics(v):  # complex (signed zeros), devices, slices, torch.Size, int subclasses, numpy scalars
         st.check(fail_source(x, v, st.name), f"{p} == {shown}", (p, x))
+    elif needs_contents(v):
+        _contents_check(st, x, p, v)
     else:
         st.check(f"{x} is not {st.name(v, 'obj')}", f"{p} is the object seen at compile time ({shown})", (p, x))
+
+
+def _contents_check(st: _Steps, read: str, text: str, value: Any) -> None:
+    """An object the trace read through (a set, a partial, a class, a helper function...): its fingerprint."""
+    guard = st.name(Contents(value, text), "contents")
+    st.check(f"not {guard}({read})", f"{text} has the contents seen at compile time", ("", f"{guard}.explain({read})"),
+             describe=True)  # fmt: skip
 
 
 def _symbol_sources(specs: InputSpecs) -> dict[str, tuple[Any, int | None]]:
@@ -298,10 +308,16 @@ def _captured_checks(st: _Steps, captured: list) -> None:
         else:
             cells = "_user_cells" if st.glb.setdefault("_user_cells", holder) is holder else st.name(holder, "cells")
             where, text = f"{cells}[{name[0]}].cell_contents", f"closure variable {name[1]}"
-        _object_check(st, where, text, value)
+        _object_check(st, where, text, value, kind == "cell" and name[2:] == ("ran",) and type(value) in _LOGS)
 
 
-def _object_check(st: _Steps, read: str, text: str, value: Any) -> None:
+_LOGS = (list, dict, set, collections.deque)
+
+
+def _object_check(st: _Steps, read: str, text: str, value: Any, identity: bool = False) -> None:
+    if needs_contents(value) and not identity:  # read through: its fingerprint, not its identity (prologue/contents.py)
+        _contents_check(st, read, text, value)
+        return
     same = f"{text} is the object seen at compile time ({show(value)})"
     shown = f"{text} == {show(value)}" if has_value_semantics(value) else same
     st.check(fail_source(read, value, st.name), shown, (text, read))
@@ -312,7 +328,7 @@ def _external_checks(st: _Steps, guards: list[ObjGuard]) -> None:
     for g in guards:
         for k, v in g.names.items():
             st.glb.setdefault(k, v)
-        _object_check(st, g.read, g.text, g.value)
+        _object_check(st, g.read, g.text, g.value, g.identity)
 
 
 def _lifted_checks(st: _Steps, lifted: list) -> None:

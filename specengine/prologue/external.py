@@ -12,6 +12,9 @@ from __future__ import annotations
 import dis
 import enum
 import functools
+import os
+import sys
+import sysconfig
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -79,6 +82,7 @@ class ObjGuard:
     text: str  # the value's name for the user: "self.k", "global K", "f.__defaults__"
     value: Any
     names: dict = field(default_factory=dict, compare=False)  # prologue globals the read needs
+    identity: bool = False  # compared by identity even where its contents were read (a `__dict__` not replaced)
 
     @property
     def by_value(self) -> bool:
@@ -130,7 +134,7 @@ def object_guards(obj: Any, owner: str) -> list[ObjGuard]:
         return []
     key = f"_obj_{id(obj)}"
     names = {key: d, "_absent": _ABSENT, f"{key}_self": obj}
-    out = [ObjGuard(f"vars({key}_self)", f"{owner}.__dict__", d, names),  # not replaced by object.__setattr__
+    out = [ObjGuard(f"vars({key}_self)", f"{owner}.__dict__", d, names, True),  # not replaced by object.__setattr__
            ObjGuard(f"len({key})", f"the number of attributes of {owner}", len(d), names)]  # fmt: skip
     for attr, value in d.items():
         if type(attr) is str and not isinstance(value, torch.Tensor):  # tensors are inputs (prologue/state.py)
@@ -143,6 +147,8 @@ def defaults_guards(func: Any, owner: str) -> list[ObjGuard]:
     out = []
     key = f"_func_{id(func)}"
     names = {key: func, "_absent": _ABSENT}
+    if isinstance(getattr(func, "__code__", None), types.CodeType):  # replaced (autoreload): another program
+        out.append(ObjGuard(f"{key}.__code__", f"{owner}.__code__", func.__code__, names))
     if getattr(func, "__defaults__", None) is not None:
         out.append(ObjGuard(f"{key}.__defaults__", f"{owner}.__defaults__", func.__defaults__, names))
     kwd = getattr(func, "__kwdefaults__", None)
@@ -223,7 +229,26 @@ def captured_values(target: Callable) -> list[tuple[str, Any, Any, Any]]:
 
 
 def guardable(value: Any) -> bool:
-    return not isinstance(value, types.ModuleType)
+    """Library modules are left out (their attributes are constants); the user's own are read through."""
+    return not isinstance(value, types.ModuleType) or user_module_object(value)
+
+
+_LIBRARY_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep
+                       for k in ("stdlib", "platstdlib", "purelib", "platlib")})  # fmt: skip
+_FRAMEWORKS = frozenset({"torch", "functorch", "numpy", "specengine", "z3", "builtins"})
+
+
+def user_module_object(m: Any) -> bool:
+    """A module of the user's (made with `types.ModuleType`, or a file outside the standard library and
+    site-packages), whose attributes a trace reads as it reads an object's."""
+    if not isinstance(m, types.ModuleType):
+        return False
+    d = vars(m)
+    name = d.get("__name__")
+    if not isinstance(name, str) or name.partition(".")[0] in _FRAMEWORKS or name in sys.builtin_module_names:
+        return False
+    file = d.get("__file__")
+    return not isinstance(file, str) or not os.path.abspath(file).startswith(_LIBRARY_DIRS)
 
 
 def user_function(v: Any) -> bool:

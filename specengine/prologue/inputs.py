@@ -351,12 +351,14 @@ def describe_inputs(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | Non
     check_call(fn, args, kwargs)
     signature = call_signature(fn)
     bound = signature.bind(*args, **kwargs)
+    given = set(bound.arguments)
     bound.apply_defaults()
     builder = _Builder(dynamic, auto_dynamic)
     builder.specs = specs = InputSpecs(signature, ())
     for p in signature.parameters.values():
         builder.locals.add(p.name)
-    specs.params = tuple(_param_spec(builder, p, bound.arguments[p.name]) for p in signature.parameters.values())
+    specs.params = tuple(_param_spec(builder, p, bound.arguments[p.name], p.name not in given)
+                         for p in signature.parameters.values())  # fmt: skip
     specs.promoted = promoted
     specs.state = _state_specs(builder, fn, promoted)
     specs.external = unwrap(callable_target(fn))[1] + specs.external  # (module attribute contents first)
@@ -393,10 +395,23 @@ def _module_arguments(params: tuple) -> list[ConstSpec]:
     return out
 
 
-def _param_spec(builder: _Builder, p: inspect.Parameter, value: Any) -> Any:
+def _param_spec(builder: _Builder, p: inspect.Parameter, value: Any, defaulted: bool = False) -> Any:
     builder.locals.discard(p.name)
     if p.kind is inspect.Parameter.VAR_POSITIONAL:
         return builder.build(p.name, tuple(value))
     if p.kind is inspect.Parameter.VAR_KEYWORD:
         return builder.build(p.name, dict(value))
+    if defaulted and _shared_default(value):
+        # a mutable default (`def f(x, table=[...])`) is one object shared by every call, reached through
+        # `f.__defaults__`: read as it is, checked by fingerprint (prologue/contents.py), not traced as a copy
+        return ConstSpec(p.name, builder.local(p.name), value)
     return builder.build(p.name, value)
+
+
+def _shared_default(value: Any) -> bool:
+    """A list, dict or plain object without tensors (tensors in it: traced as a copy, as before)."""
+    if isinstance(value, (list, dict)):
+        return not any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value))
+    return plain_instance(value) and not any(
+        isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(list(vars(value).values()))
+    )
