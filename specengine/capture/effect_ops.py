@@ -66,20 +66,20 @@ def _held_proxy(obj: Any, depth: int = 0) -> bool:
     return any(_held_proxy(v, depth + 1) for v in values)
 
 
-def record(label: str, fn: Callable, args: tuple, kwargs: dict) -> None:
-    """Record `fn(*args, **kwargs)` as an impure op of the trace: its symbolic numbers are the op's arguments, every
-    other leaf of the arguments is held by the op."""
+def record(label: str, fn: Callable, args: tuple, kwargs: dict, tensors: bool = False) -> None:
+    """Record `fn(*args, **kwargs)` as an impure op of the trace: its symbolic numbers (and with `tensors`, its
+    tensors) are the op's arguments, every other leaf of the arguments is held by the op."""
     state = context.require()
     leaves, spec = pytree.tree_flatten((args, kwargs))
     for leaf in leaves:
-        if isinstance(leaf, TensorProxy):
+        if isinstance(leaf, TensorProxy) and not tensors:
             raise unsupported(f"{label} of a tensor", "formatting tensor data is data-dependent; pass x.shape, "
                               "x.dtype or sizes, or return the tensor and print it outside the compiled function")  # fmt: skip
-        if not isinstance(leaf, NumberProxy) and _held_proxy(leaf):
+        if not isinstance(leaf, (NumberProxy, TensorProxy)) and _held_proxy(leaf):
             raise unsupported(f"{label} of a {type(leaf).__name__} holding traced values", "pass the numbers "
                               "themselves (they are substituted on every call), or format them outside")  # fmt: skip
-    slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, NumberProxy)]
-    held = [None if isinstance(leaf, NumberProxy) else leaf for leaf in leaves]
+    slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, (NumberProxy, TensorProxy))]
+    held = [None if i in slots else leaf for i, leaf in enumerate(leaves)]
 
     def impl(*values: Any) -> None:
         filled = list(held)

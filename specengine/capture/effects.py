@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from specengine.capture import autograd_functions, effect_ops, exceptions, torch_settings
+from specengine.capture import autograd_functions, effect_ops, exceptions, tensor_objects, torch_settings
 from specengine.errors import UnsupportedOpError
 from specengine.ir import context
 from specengine.ir.proxies import HOOKS, unsupported
@@ -106,6 +106,7 @@ def _install() -> None:
     with _lock:
         if _depth == 0:
             effect_ops.install()
+            tensor_objects.install()
             _swap_rng(install=True)
             torch_settings.install()
             exceptions.install()
@@ -119,6 +120,7 @@ def _uninstall() -> None:
         _depth -= 1
         if _depth == 0:
             effect_ops.uninstall()
+            tensor_objects.uninstall()
             _swap_rng(install=False)
             torch_settings.uninstall()
             exceptions.uninstall()
