@@ -14,10 +14,10 @@ Each construct behaves as eager (an op of the computation, so every call does it
 - `nn.Parameter(t, requires_grad)` of a traced tensor: an op making a Parameter of the call's tensor (a leaf,
   detached, of class Parameter).
 - `x.attr = v` (a Python attribute, or `x.grad = v`): an op that sets it on the call's tensor; reading it later in
-  the function gives `v` as traced (symbolic where `v` is). Reading a Python attribute that the function did not
-  set is refused on an input from the program's code (its value is not guarded; library code gets
-  `AttributeError`, as before); on a tensor computed inside it raises `AttributeError`, as eager. Assigning another
-  Tensor attribute (`x.data`, `x.grad_fn`) is refused.
+  the function gives `v` as traced (symbolic where `v` is). A Python attribute that the function did not set is
+  missing, as on a plain tensor (`AttributeError`, `hasattr` False, `getattr`'s default); for an input, an op checks
+  on every call that the call's tensor has no such attribute, and refuses the call (naming the read) where it has
+  one. Assigning another Tensor attribute (`x.data`, `x.grad_fn`) is refused.
 - `x.nbytes`, `x.itemsize`: symbolic (`numel * itemsize`, a static fact of the dtype).
 - `x.is_leaf`: known for tensors that do not require grad and for ones the function made; refused for an input
   that requires grad. `x.grad`, `x.grad_fn`, `x.retains_grad` (autograd state): refused unless set in the function.
@@ -32,14 +32,18 @@ import weakref
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
 
-from specengine.capture.effect_ops import program_code, record
+from specengine.capture.effect_ops import record
+from specengine.errors import UnsupportedOpError
 from specengine.ir import context
 from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported
 from specengine.ir.symbol import Symbol, tree_leaves
 from specengine.ops import registry
+from specengine.provenance import _is_internal, user_frame
 
 _SPECENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_API = os.path.join(_SPECENGINE, "api.py")
 _SLOTS = frozenset(("name", "epoch", "dims", "dtype", "device", "requires_grad", "tensor_type"))
 _names = itertools.count()
 
@@ -65,6 +69,7 @@ class _ByProxy:
 
 _attrs = _ByProxy()  # per traced tensor: the Python attributes the function set on it (read back while tracing)
 _leaves = _ByProxy()  # tensors the function made leaves (requires_grad_, Parameter): True
+_ABSENT = object()  # key of the attribute names checked missing, in a tensor's `_attrs`
 _NON_LEAF = ("you can only change requires_grad flags of leaf variables. If you want to use a computed variable "
              "in a subgraph that doesn't require differentiation use var_no_grad = var.detach().")  # fmt: skip
 _NO_GRAD_FN = "element {} of tensors does not require grad and does not have a grad_fn"
@@ -100,14 +105,24 @@ def _flag(value: Any, op: str) -> bool:
 
 def requires_grad_(self: TensorProxy, requires_grad: Any = True) -> TensorProxy:
     """`x.requires_grad_(b)`: an op of the computation (see the module docstring)."""
-    b = _flag(requires_grad, "requires_grad_")
+    return _set_requires_grad(self, _flag(requires_grad, "requires_grad_"), setter=False)
+
+
+def _set_requires_grad(self: TensorProxy, b: bool, setter: bool) -> TensorProxy:
+    """`x.requires_grad_(b)`, or `x.requires_grad = b` (`setter`: eager refuses it on any non-leaf)."""
     if b and not (self.dtype.is_floating_point or self.dtype.is_complex):
         raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
-    if b == self.requires_grad:
+    leaf = is_leaf(self)
+    if setter and leaf is False:
+        raise RuntimeError("you can only change requires_grad flags of leaf variables.")
+    if b == self.requires_grad and not (setter and leaf is None):
         return self  # changes nothing, on a leaf or not
-    if not b and is_leaf(self) is False:
+    if not b and leaf is False:
         raise RuntimeError(_NON_LEAF)
-    record("requires_grad_", lambda t: t.requires_grad_(b), (self,), {}, tensors=True)
+    if setter:  # (on an input that requires grad, the call's tensor decides: eager's error where it is no leaf)
+        record("set_requires_grad", lambda t: setattr(t, "requires_grad", b), (self,), {}, tensors=True)
+    else:
+        record("requires_grad_", lambda t: t.requires_grad_(b), (self,), {}, tensors=True)
     object.__setattr__(self, "requires_grad", b)
     if b:
         _leaves.setdefault(self, True)
@@ -218,7 +233,7 @@ def _setattr(self: TensorProxy, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # the engine's own fields
         return
     if name == "requires_grad":
-        requires_grad_(self, _flag(value, "requires_grad"))
+        _set_requires_grad(self, _flag(value, "requires_grad"), setter=True)
         return
     if name in _PROXY_ONLY or (hasattr(torch.Tensor, name) and name != "grad") or context.current() is None:
         raise unsupported(f"assigning Tensor.{name} inside the compiled function",
@@ -234,10 +249,55 @@ def _getattr(self: TensorProxy, name: str) -> Any:
     if attrs is not None and name in attrs:
         return attrs[name]
     if not name.startswith("__") and not hasattr(torch.Tensor, name) and context.current() is not None:
-        if program_code(sys._getframe(1).f_code.co_filename) and _made_by_op(self) is None:
-            raise unsupported(f"reading the Python attribute {name!r} of an input tensor", "its value is not "
-                              "guarded; pass it as an argument, or set it inside the compiled function")  # fmt: skip
+        caller = sys._getframe(1).f_code.co_filename
+        if not _is_internal(caller) and _is_input(self):
+            if _an_example_has(name):
+                raise unsupported(f"reading the Python attribute {name!r} of an input tensor", "its value is not "
+                                  "guarded; pass the value as an argument, or set it inside the compiled function")  # fmt: skip
+            _check_absent(self, name, user_frame(name).where)
     return _base_getattr(self, name)
+
+
+_inputs = _ByProxy()  # per traced tensor: whether it is an input (no op of the trace made it)
+
+
+def _is_input(proxy: TensorProxy) -> bool:
+    known = _inputs.get(proxy)
+    return known if known is not None else _inputs.setdefault(proxy, _made_by_op(proxy) is None)
+
+
+def _an_example_has(name: str) -> bool:
+    """Whether a tensor of the call being compiled (an argument, or a parameter or buffer of the compiled module) has
+    the Python attribute `name` (read from the compile's frame: the trace itself sees proxies only)."""
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "compile_entry" and frame.f_code.co_filename == _API):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    found = frame.f_locals
+    leaves = pytree.tree_leaves((found.get("args"), found.get("kwargs")))
+    module = found.get("fn")
+    if isinstance(module, torch.nn.Module):
+        leaves += [*module.parameters(), *module.buffers()]
+    return any(isinstance(t, torch.Tensor) and name in getattr(t, "__dict__", ()) for t in leaves)
+
+
+def _check_absent(proxy: TensorProxy, name: str, where: str) -> None:
+    """A Python attribute read from an input tensor is taken to be missing (`hasattr` False, `getattr`'s default,
+    as eager for a plain tensor); an op checks on every call that the call's tensor has no such attribute, and
+    refuses the call if it has one (its value would not be guarded)."""
+    checked = _attrs.setdefault(proxy, {}).setdefault(_ABSENT, set())
+    if name in checked:
+        return
+    checked.add(name)
+
+    def check(t: torch.Tensor) -> None:
+        if name in getattr(t, "__dict__", ()):
+            raise UnsupportedOpError(f"reading the Python attribute {name!r} of an input tensor", where, "the "
+                                     "trace took it to be missing and its value is not guarded; pass the value as "
+                                     "an argument, or set it inside the compiled function")  # fmt: skip
+
+    record(f"check_no_attr_{name}", check, (proxy,), {}, tensors=True)
 
 
 def _autograd_state(name: str) -> property:
@@ -269,6 +329,7 @@ TensorProxy.backward = backward
 TensorProxy.nbytes = property(lambda self: self.numel() * self.dtype.itemsize)
 TensorProxy.itemsize = property(lambda self: self.dtype.itemsize)
 TensorProxy.is_leaf = property(_is_leaf)
+TensorProxy.data = property(lambda self: self.detach())  # a detached tensor sharing the data, as eager's
 for _name in ("grad", "grad_fn", "retains_grad"):
     setattr(TensorProxy, _name, _autograd_state(_name))
 

@@ -45,6 +45,10 @@ from specengine.patching import original
 _DATA_DEPENDENT_TAGS = tuple(getattr(torch.Tag, t) for t in ("dynamic_output_shape", "data_dependent_output")
                       if hasattr(torch.Tag, t))  # fmt: skip
 _VALUE_RESULTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, type(None))
+# ops whose outputs never require grad in eager (`x.detach()`, `torch.full_like(x, v)`): the generic path would
+# otherwise give them the inputs' requires_grad
+_NOT_DIFFERENTIABLE = frozenset(("detach", "detach_", "full_like", "rand_like", "randn_like", "randint_like",
+                                 "empty_like", "zeros_like", "ones_like"))  # fmt: skip
 _SYMBOLS: dict[tuple, Symbol] = {}
 _DTYPE_PREDICATES = frozenset({"is_floating_point", "is_complex", "is_signed"})
 _EMPTY_STRIDED = torch.ops.aten.empty_strided.default
@@ -322,6 +326,7 @@ def _outputs(name: str, out: Any, stand_ins: _Stand_ins, device: torch.device, p
     leaves, spec = pytree.tree_flatten(out)
     by_id = {id(meta): proxy for meta, proxy, _ in stand_ins.tensors}
     grad = torch.is_grad_enabled() and any(p.requires_grad for _, p, _ in stand_ins.tensors)
+    grad = grad and name.rpartition(".")[2] not in _NOT_DIFFERENTIABLE
     state = context.require()
     results = []
     for leaf in leaves:
