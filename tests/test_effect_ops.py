@@ -48,13 +48,28 @@ ARGS = {
     "int": (lambda x, n, s: n, lambda x, n, s: ("n %d", n), lambda x, n, s: {"precision": n, "threshold": n + 5}),
     "float": (lambda x, n, s: s, lambda x, n, s: ("s %.3f", s), None),
     "fstring": (lambda x, n, s: f"size {x.shape[0]} n {n}", lambda x, n, s: (f"size {x.shape[0]} n {n}",), None),
+    "fstring_inline": (None, None, None),  # written in the effect's call itself: see emit_inline
     "percent": (lambda x, n, s: "size %d" % x.shape[0], lambda x, n, s: ("size %d" % x.shape[0],), None),  # noqa: UP031
     "tensor": (lambda x, n, s: x, lambda x, n, s: ("t %s", x), lambda x, n, s: {"precision": x}),
 }  # fmt: skip
 PINNED = {"fstring": lambda x, n, s: str(x.shape[0]) + str(n), "percent": lambda x, n, s: str(x.shape[0])}
 
 
+def emit_inline(kind: str, x, n, s) -> None:
+    """f-strings passed straight to the effect: their sizes and numbers stay symbolic (capture/effect_strings.py)."""
+    if kind == "print":
+        print(f"size {x.shape[0]} n={n:>3} s={s:.2f} {n > 1}")
+    elif kind.startswith("warn-"):
+        warnings.warn(f"size {x.shape[0]} n={n}", WARN_CATEGORIES[kind[5:]], stacklevel=1)
+    elif kind == "log-log25":
+        LOG.log(25, f"size {x.shape[0]} n={n}")
+    else:
+        getattr(LOG, kind[4:])(f"size {x.shape[0]} n={n} s={s}")
+
+
 def emit(kind: str, arg: str, x, n, s) -> None:
+    if arg == "fstring_inline":
+        return emit_inline(kind, x, n, s)
     value, log_args, options = ARGS[arg]
     if kind == "print":
         print("value:", value(x, n, s), "end", sep=" | ")
@@ -130,7 +145,7 @@ def _run(fn, capsys, handler, kind: str) -> list:
 
 
 def _applies(kind: str, arg: str) -> bool:
-    return not (kind == "printoptions" and ARGS[arg][2] is None)
+    return not (kind == "printoptions" and ARGS[arg][2] is None and arg != "tensor")
 
 
 @pytest.mark.parametrize("dynamic", MODES, ids=lambda d: f"dynamic={d}")
@@ -159,3 +174,53 @@ def test_effect_runs_on_every_call_as_eager(kind, arg, dynamic, captured):
     assert (misses, specengine.cache_hits(cfn)) == (specengine.cache_misses(base), len(CALLS) - misses)
     if arg not in PINNED:
         assert misses == PLAIN_MISSES[dynamic]  # values passed as arguments are symbolic: no guard
+
+
+def _show(text: str) -> str:
+    return text
+
+
+def _printer(text: str) -> None:
+    print(text)
+
+
+def _length(x, n, s):
+    return x * len(_show(f"{n}"))  # a placeholder would have another length
+
+
+def _compared(x, n, s):
+    return x * 2 if _show(f"{n}") == "2" else x * 3
+
+
+def _parsed(x, n, s):
+    return x * int(f"{n}")  # int() of a placeholder raises: traced again, pinned
+
+
+def _through_helper(x, n, s):
+    _printer(f"size {x.shape[0]} n {n}")  # reaches print from another frame: pinned
+    return x * n
+
+
+def _kept(x, n, s):
+    text = f"n {n}"
+    print(text)  # stored first: pinned
+    return x * n
+
+
+@pytest.mark.parametrize("fn", [_length, _compared, _parsed, _through_helper, _kept], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dynamic", MODES, ids=lambda d: f"dynamic={d}")
+def test_an_fstring_that_is_not_only_printed_pins_its_values(fn, dynamic, captured):
+    capsys, handler = captured
+    cfn = specengine.compile(fn, dynamic=dynamic)
+    assert _run(cfn, capsys, handler, "print") == _run(fn, capsys, handler, "print")
+
+    def pinning(x, n, s):  # the same program, pinning with str() what the f-string formats
+        if fn is _through_helper:
+            str(x.shape[0])
+        return str(n), x * n + s
+
+    base = specengine.compile(pinning, dynamic=dynamic)
+    for size, n, s in CALLS:
+        base(torch.randn(size), n, s)
+    assert specengine.cache_misses(cfn) == specengine.cache_misses(base)
+    assert specengine.cache_misses(cfn) == {True: 4 if fn is _through_helper else 3, None: 4, False: 4}[dynamic]

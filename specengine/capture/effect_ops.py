@@ -34,23 +34,17 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from specengine.capture import library
+from specengine.capture import effect_strings
+from specengine.capture.effect_strings import program_code
 from specengine.ir import context
 from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy, unsupported
 from specengine.ir.symbol import Symbol
-from specengine.provenance import _is_internal
 
 _names = itertools.count()
 _THIS = os.path.normcase(os.path.abspath(__file__))
 _LOGGING = os.path.normcase(logging._srcfile or "")
 _VALUE_TYPES = (int, float, complex, bool, str, bytes, type(None), torch.dtype, torch.device, torch.Size, type)
 _MISSING = object()
-
-
-def program_code(filename: str) -> bool:
-    """Whether `filename` is the program's own code (not specengine's, torch's, the standard library's or an
-    installed package's): only its effects are ops."""
-    return not (_is_internal(filename) or library.is_library(filename) or filename.startswith(library.SITE))
 
 
 def _held_proxy(obj: Any, depth: int = 0) -> bool:
@@ -66,30 +60,38 @@ def _held_proxy(obj: Any, depth: int = 0) -> bool:
     return any(_held_proxy(v, depth + 1) for v in values)
 
 
-def record(label: str, fn: Callable, args: tuple, kwargs: dict, tensors: bool = False) -> None:
+def record(label: str, fn: Callable, args: tuple, kwargs: dict, tensors: bool = False,
+           caller: types.FrameType | None = None) -> None:  # fmt: skip
     """Record `fn(*args, **kwargs)` as an impure op of the trace: its symbolic numbers (and with `tensors`, its
-    tensors) are the op's arguments, every other leaf of the arguments is held by the op."""
+    tensors) are the op's arguments, every other leaf of the arguments is held by the op. A string made by an
+    f-string of symbolic numbers in `caller` (`capture/effect_strings.py`) is formatted when the op runs."""
     state = context.require()
     leaves, spec = pytree.tree_flatten((args, kwargs))
-    for leaf in leaves:
+    templates: dict[int, list] = {}
+    for i, leaf in enumerate(leaves):
         if isinstance(leaf, TensorProxy) and not tensors:
             raise unsupported(f"{label} of a tensor", "formatting tensor data is data-dependent; pass x.shape, "
                               "x.dtype or sizes, or return the tensor and print it outside the compiled function")  # fmt: skip
-        if not isinstance(leaf, (NumberProxy, TensorProxy)) and _held_proxy(leaf):
+        if isinstance(leaf, str) and (found := effect_strings.template(leaf, caller)) is not None:
+            templates[i], leaves[i] = found[0], found[1]
+        elif not isinstance(leaf, (NumberProxy, TensorProxy)) and _held_proxy(leaf):
             raise unsupported(f"{label} of a {type(leaf).__name__} holding traced values", "pass the numbers "
                               "themselves (they are substituted on every call), or format them outside")  # fmt: skip
-    slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, (NumberProxy, TensorProxy))]
+    slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, (NumberProxy, TensorProxy)) or i in templates]
+    counts = [len(leaves[i]) if i in templates else 1 for i in slots]
     held = [None if i in slots else leaf for i, leaf in enumerate(leaves)]
 
     def impl(*values: Any) -> None:
-        filled = list(held)
-        for i, v in zip(slots, values):
-            filled[i] = v
+        filled, at = list(held), 0
+        for i, n in zip(slots, counts):
+            filled[i] = effect_strings.render(templates[i], values[at : at + n]) if i in templates else values[at]
+            at += n
         a, k = pytree.tree_unflatten(filled, spec)
         fn(*a, **k)
 
     sym = Symbol(f"{label.replace('.', '_')}_{next(_names)}", "effects", meta=lambda *a: None, impl=impl, pure=False)
-    state.record(sym, tuple(leaves[i] for i in slots), {})
+    flat = [v for i in slots for v in (leaves[i] if i in templates else [leaves[i]])]
+    state.record(sym, tuple(flat), {})
 
 
 def _caller(skip_logging: bool = False) -> types.FrameType:
@@ -117,12 +119,13 @@ _real_print = builtins.print
 def _print(*args: Any, **kwargs: Any) -> None:
     """`print(...)`: an op where the program's code calls it while tracing, else the builtin."""
     real = _saved.get((id(builtins), "print"), _real_print)  # (a print someone else installed before tracing)
-    if not _tracing_program(_caller()):
+    caller = _caller()
+    if not _tracing_program(caller):
         return real(*args, **kwargs)
     unknown = set(kwargs) - {"sep", "end", "file", "flush"}
     if unknown:
         raise TypeError(f"{sorted(unknown)[0]!r} is an invalid keyword argument for print()")
-    record("print", real, args, kwargs)
+    record("print", real, args, kwargs, caller=caller)
     return None
 
 
@@ -155,7 +158,7 @@ def _warn(message: Any, category: Any = None, stacklevel: int = 1, source: Any =
         filename, lineno, module, registry, module_globals = where
         warnings.warn_explicit(message, category, filename, lineno, module, registry, module_globals, source)
 
-    record("warnings.warn", emit, (message, category, source), {})
+    record("warnings.warn", emit, (message, category, source), {}, caller=caller)
     return None
 
 
@@ -174,7 +177,8 @@ def _emit(logger: logging.Logger, level: int, where: tuple, msg: Any, args: tupl
         logger.handle(logger.makeRecord(logger.name, level, filename, lineno, msg, args, None, func, extra, None))
 
 
-def _log_op(name: str, logger: logging.Logger, level: Any, msg: Any, args: tuple, kwargs: dict) -> None:
+def _log_op(name: str, logger: logging.Logger, level: Any, msg: Any, args: tuple, kwargs: dict,
+            caller: types.FrameType) -> None:  # fmt: skip
     unknown = set(kwargs) - {"exc_info", "extra", "stack_info", "stacklevel"}
     if unknown:
         raise TypeError(f"Logger.{name}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
@@ -185,7 +189,7 @@ def _log_op(name: str, logger: logging.Logger, level: Any, msg: Any, args: tuple
         level = int(level)  # (pinned: the level decides which handlers run)
     if not isinstance(level, int):
         raise TypeError("level must be an integer")
-    frame = _caller(skip_logging=True)
+    frame = caller
     for _ in range(max(int(kwargs.get("stacklevel", 1)), 1) - 1):
         frame = frame.f_back if frame is not None else None
     if frame is None or not program_code(frame.f_code.co_filename):
@@ -193,14 +197,15 @@ def _log_op(name: str, logger: logging.Logger, level: Any, msg: Any, args: tuple
                           "its location would differ between calls; use a smaller stacklevel, or log outside")  # fmt: skip
     where = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
     record(f"logging.{name}", lambda msg, args, extra: _emit(logger, level, where, msg, args, extra),
-           (msg, args, kwargs.get("extra")), {})  # fmt: skip
+           (msg, args, kwargs.get("extra")), {}, caller=caller)  # fmt: skip
 
 
 def _logger_method(name: str) -> Callable:
     real = _real_logger[name]
 
     def method(self: logging.Logger, *args: Any, **kwargs: Any) -> Any:
-        if not _tracing_program(_caller(skip_logging=True)):
+        caller = _caller(skip_logging=True)
+        if not _tracing_program(caller):
             return real(self, *args, **kwargs)
         if name == "log":
             if not args:
@@ -210,7 +215,7 @@ def _logger_method(name: str) -> Callable:
             level = _LEVELS[name]
         if not args:
             raise TypeError(f"Logger.{name}() missing 1 required positional argument: 'msg'")
-        _log_op(name, self, level, args[0], args[1:], kwargs)
+        _log_op(name, self, level, args[0], args[1:], kwargs, caller)
         return None
 
     method.__name__ = method.__qualname__ = name
@@ -227,9 +232,10 @@ _real_printoptions = torch._tensor_str.set_printoptions
 
 
 def _set_printoptions(*args: Any, **kwargs: Any) -> None:
-    if not _tracing_program(_caller()):
+    caller = _caller()
+    if not _tracing_program(caller):
         return _real_printoptions(*args, **kwargs)
-    record("torch.set_printoptions", _real_printoptions, args, kwargs)
+    record("torch.set_printoptions", _real_printoptions, args, kwargs, caller=caller)
     return None
 
 

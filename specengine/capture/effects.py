@@ -32,7 +32,14 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from specengine.capture import autograd_functions, effect_ops, exceptions, tensor_objects, torch_settings
+from specengine.capture import (
+    autograd_functions,
+    effect_ops,
+    effect_strings,
+    exceptions,
+    tensor_objects,
+    torch_settings,
+)
 from specengine.errors import UnsupportedOpError
 from specengine.ir import context
 from specengine.ir.proxies import HOOKS, unsupported
@@ -134,8 +141,14 @@ def checked(target: Callable) -> Iterator[None]:
     before = dict(glb) if isinstance(glb, dict) else None
     settings = torch_settings.snapshot()
     _install()
+    effect_strings.begin()
     try:
-        yield
+        try:
+            yield
+        except BaseException:
+            effect_strings.end(failed=True)  # a placeholder of a symbolic f-string may have caused it: trace again
+            raise
+        effect_strings.end(failed=False)
         torch_settings.check_unchanged(settings, context.require())
     finally:
         _uninstall()
