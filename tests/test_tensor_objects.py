@@ -241,3 +241,33 @@ def test_non_scalar_implicit_gradient_is_eagers_error_for_that_size():
     torch.testing.assert_close(cfn(torch.ones(1, requires_grad=True)), torch.full((1,), 2.0))
     with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar outputs"):
         cfn(torch.ones(2, requires_grad=True))
+
+
+NOT_DIFFERENTIABLE = {
+    "detach": lambda x: x.detach(),
+    "torch.detach": lambda x: torch.detach(x),
+    "data": lambda x: x.data,
+    "full_like": lambda x: torch.full_like(x, 2.0),
+    "rand_like": lambda x: torch.rand_like(x),
+    "randn_like": lambda x: torch.randn_like(x),
+    "zeros_like": lambda x: torch.zeros_like(x),
+    "new_zeros": lambda x: x.new_zeros(3),
+    "full_like(requires_grad=True)": lambda x: torch.full_like(x, 2.0, requires_grad=True),
+    "randn_like(requires_grad=True)": lambda x: torch.randn_like(x, requires_grad=True),
+    "clone": lambda x: x.clone(),
+    "floor": lambda x: x.floor(),
+}
+
+
+@pytest.mark.parametrize("op", list(NOT_DIFFERENTIABLE))
+def test_requires_grad_of_results_is_eagers(op):
+    def f(x):
+        y = NOT_DIFFERENTIABLE[op](x)
+        return y.requires_grad, y.is_leaf, y.shape
+
+    cfn = specengine.compile(f, dynamic=True)
+    for size in (0, 1, 2):
+        x = torch.ones(size, requires_grad=True)
+        assert cfn(x) == f(x)
+    if op in ("detach", "torch.detach", "data", "full_like", "zeros_like", "new_zeros", "floor"):
+        assert (specengine.cache_hits(cfn), specengine.cache_misses(cfn)) == (2, 1)  # (others pin sizes themselves)
