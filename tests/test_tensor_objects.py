@@ -221,7 +221,7 @@ def test_second_order_gradients_through_autograd_grad():
         (lambda x: torch.autograd.grad(x.sum(), x, allow_unused=True), r"torch.autograd.grad\(allow_unused=True\)"),
         (lambda x: torch.autograd.grad(x.sum(), x, is_grads_batched=True), r"is_grads_batched=True"),
         (lambda x: x.grad_fn, r"Tensor.grad_fn inside the compiled function"),
-        (lambda x: setattr(x, "grad_fn", None), r"assigning Tensor.grad_fn"),
+        (lambda x: setattr(x, "add", None), r"assigning Tensor.add"),
     ],
 )
 def test_refusals_name_the_construct_and_the_line(call, match):
@@ -271,3 +271,16 @@ def test_requires_grad_of_results_is_eagers(op):
         assert cfn(x) == f(x)
     if op in ("detach", "torch.detach", "data", "full_like", "zeros_like", "new_zeros", "floor"):
         assert (specengine.cache_hits(cfn), specengine.cache_misses(cfn)) == (2, 1)  # (others pin sizes themselves)
+
+
+def test_assigning_a_read_only_tensor_attribute_is_eagers_attribute_error():
+    def f(x):
+        x.shape = (3,)
+        return x
+
+    with pytest.raises(AttributeError, match="not writable"):
+        f(torch.ones(2))
+    cfn = specengine.compile(f)
+    with pytest.raises(AttributeError, match="not writable"):
+        cfn(torch.ones(2))
+    assert specengine.cache_misses(cfn) == 0

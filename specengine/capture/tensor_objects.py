@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import warnings
 import weakref
 from typing import Any
 
@@ -228,13 +229,34 @@ _base_getattr = TensorProxy.__getattr__
 _PROXY_ONLY = frozenset(n for n in dir(TensorProxy) if not hasattr(torch.Tensor, n)) | _SLOTS
 
 
+def _read_only_attributes() -> frozenset:
+    """The Tensor attributes that eager refuses to assign (`x.shape = ...`: AttributeError)."""
+    t, out = torch.empty(0), set()
+    for name, attr in vars(torch._C.TensorBase).items():
+        if type(attr).__name__ == "getset_descriptor":
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # (`volatile` warns that it does nothing)
+                    setattr(t, name, getattr(t, name))
+            except AttributeError:
+                out.add(name)
+            except Exception:  # noqa: BLE001, S110 - writable, with conditions: refused below as not traced
+                pass
+    return frozenset(out)
+
+
+_READ_ONLY = _read_only_attributes()
+
+
 def _setattr(self: TensorProxy, name: str, value: Any) -> None:
-    if name in _SLOTS and sys._getframe(1).f_code.co_filename.startswith(_SPECENGINE):
+    if name in _SLOTS and (context.current() is None or sys._getframe(1).f_code.co_filename.startswith(_SPECENGINE)):
         object.__setattr__(self, name, value)  # the engine's own fields
         return
     if name == "requires_grad":
         _set_requires_grad(self, _flag(value, "requires_grad"), setter=True)
         return
+    if name in _READ_ONLY:
+        raise AttributeError(f"attribute '{name}' of 'torch._C.TensorBase' objects is not writable")
     if name in _PROXY_ONLY or (hasattr(torch.Tensor, name) and name != "grad") or context.current() is None:
         raise unsupported(f"assigning Tensor.{name} inside the compiled function",
                           "it is not traced; use an op (x.copy_(v), x.detach()), or assign it outside")  # fmt: skip
