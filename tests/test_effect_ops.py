@@ -224,3 +224,43 @@ def test_an_fstring_that_is_not_only_printed_pins_its_values(fn, dynamic, captur
         base(torch.randn(size), n, s)
     assert specengine.cache_misses(cfn) == specengine.cache_misses(base)
     assert specengine.cache_misses(cfn) == {True: 4 if fn is _through_helper else 3, None: 4, False: 4}[dynamic]
+
+
+def _warn_in_try(x, n, s):
+    try:
+        warnings.warn("careful", stacklevel=1)
+    except UserWarning:
+        return x * 0
+    return x * n
+
+
+def _warn_under_own_filters(x, n, s):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.warn("hidden", stacklevel=1)
+    return x * n
+
+
+def _log_exception(x, n, s):
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        LOG.exception("failed")  # the user's line is named, not logging's
+    return x * n
+
+
+@pytest.mark.parametrize(
+    ("fn", "match"),
+    [
+        (_warn_in_try, r"warnings.warn inside a try block"),
+        (_warn_under_own_filters, r"warnings.warn under warnings filters set inside the compiled function"),
+        (_log_exception, r"Logger.exception with exc_info"),
+    ],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_effects_whose_outcome_the_trace_cannot_see_are_refused_by_name(fn, match, captured):
+    capsys, handler = captured
+    cfn = specengine.compile(fn)
+    with pytest.raises(UnsupportedOpError, match=match + r".*\(at test_effect_ops.py:\d+\)"):
+        cfn(torch.ones(2), 1, 0.5)
+    assert specengine.cache_misses(cfn) == 0 and capsys.readouterr().out == "" and not handler.seen

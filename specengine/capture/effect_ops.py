@@ -36,6 +36,7 @@ from torch.utils import _pytree as pytree
 
 from specengine.capture import effect_strings
 from specengine.capture.effect_strings import program_code
+from specengine.errors import UnsupportedOpError
 from specengine.ir import context
 from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy, unsupported
 from specengine.ir.symbol import Symbol
@@ -144,6 +145,12 @@ def _warn(message: Any, category: Any = None, stacklevel: int = 1, source: Any =
         category = UserWarning
     if not (isinstance(category, type) and issubclass(category, Warning)):
         raise TypeError(f"category must be a Warning subclass, not '{type(category).__name__}'")
+    if effect_strings.filters_changed():
+        raise unsupported("warnings.warn under warnings filters set inside the compiled function (catch_warnings, "
+                          "simplefilter)", "the filters would apply only while tracing; set them outside")  # fmt: skip
+    if context.require()._handler_observes():
+        raise unsupported("warnings.warn inside a try block", "a warnings filter set to 'error' raises it when the op "
+                          "runs, and the handler's path is not traced; warn outside the try")  # fmt: skip
     frame = caller
     for _ in range(max(int(stacklevel), 1) - 1):
         frame = frame.f_back if frame is not None else None
@@ -170,6 +177,10 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 _real_logger = {name: logging.Logger.__dict__[name] for name in (*_LEVELS, "log")}
 
 
+def _where(frame: types.FrameType) -> str:
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
 def _emit(logger: logging.Logger, level: int, where: tuple, msg: Any, args: tuple, extra: Any) -> None:
     """A logging call as its op runs it: the level is checked now, the record carries the traced call's location."""
     if logger.isEnabledFor(level):
@@ -183,8 +194,9 @@ def _log_op(name: str, logger: logging.Logger, level: Any, msg: Any, args: tuple
     if unknown:
         raise TypeError(f"Logger.{name}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
     if name == "exception" or kwargs.get("exc_info") or kwargs.get("stack_info"):
-        raise unsupported(f"Logger.{name} with exc_info or stack_info inside the compiled function",
-                          "the exception or stack seen while tracing is not a cached call's; log it outside")  # fmt: skip
+        raise UnsupportedOpError(f"Logger.{name} with exc_info or stack_info inside the compiled function",
+                                 _where(caller), "the exception or stack seen while tracing is not a cached "
+                                 "call's; log it outside")  # fmt: skip
     if isinstance(level, NumberProxy):
         level = int(level)  # (pinned: the level decides which handlers run)
     if not isinstance(level, int):
@@ -193,8 +205,9 @@ def _log_op(name: str, logger: logging.Logger, level: Any, msg: Any, args: tuple
     for _ in range(max(int(kwargs.get("stacklevel", 1)), 1) - 1):
         frame = frame.f_back if frame is not None else None
     if frame is None or not program_code(frame.f_code.co_filename):
-        raise unsupported(f"Logger.{name} with a stacklevel reaching outside the compiled function",
-                          "its location would differ between calls; use a smaller stacklevel, or log outside")  # fmt: skip
+        raise UnsupportedOpError(f"Logger.{name} with a stacklevel reaching outside the compiled function",
+                                 _where(caller), "its location would differ between calls; use a smaller "
+                                 "stacklevel, or log outside")  # fmt: skip
     where = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
     record(f"logging.{name}", lambda msg, args, extra: _emit(logger, level, where, msg, args, extra),
            (msg, args, kwargs.get("extra")), {}, caller=caller)  # fmt: skip

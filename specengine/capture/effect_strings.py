@@ -22,6 +22,7 @@ import re
 import sys
 import threading
 import types
+import warnings
 from dataclasses import dataclass, field
 
 from specengine.capture import library
@@ -59,6 +60,13 @@ class _Token:
 @dataclass
 class _Tokens:
     tokens: list[_Token] = field(default_factory=list)
+    filters: tuple = ()  # the warnings filters when the trace started: (the list, its items)
+
+
+def filters_changed() -> bool:
+    """Whether the traced function changed the warnings filters (`catch_warnings`, `simplefilter` inside it)."""
+    stack = getattr(_local, "stack", None)
+    return bool(stack) and stack[-1].filters != (id(warnings.filters), tuple(warnings.filters))
 
 
 # instruction -> how many stack items it pops (it may appear between an f-string piece and the call using it)
@@ -158,7 +166,7 @@ def begin() -> None:
     """A trace starts on this thread."""
     if not hasattr(_local, "stack"):
         _local.stack = []
-    _local.stack.append(_Tokens())
+    _local.stack.append(_Tokens(filters=(id(warnings.filters), tuple(warnings.filters))))
 
 
 def end(failed: bool) -> None:
