@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import specengine
+from specengine.capture import effect_strings
 from specengine.errors import UnsupportedOpError
 
 CALLS = [(0, 1, 0.5), (1, 1, 0.5), (2, 2, 1.5), (2, 2, 1.5), (1, 3, 2.5), (0, 1, 0.5)]  # (size, n, s)
@@ -63,8 +64,16 @@ def emit_inline(kind: str, x, n, s) -> None:
         warnings.warn(f"size {x.shape[0]} n={n}", WARN_CATEGORIES[kind[5:]], stacklevel=1)
     elif kind == "log-log25":
         LOG.log(25, f"size {x.shape[0]} n={n}")
+    elif kind == "log-debug":
+        LOG.debug(f"size {x.shape[0]} n={n} s={s}")
+    elif kind == "log-info":
+        LOG.info(f"size {x.shape[0]} n={n} s={s}")
+    elif kind == "log-warning":
+        LOG.warning(f"size {x.shape[0]} n={n} s={s}")
+    elif kind == "log-error":
+        LOG.error(f"size {x.shape[0]} n={n} s={s}")
     else:
-        getattr(LOG, kind[4:])(f"size {x.shape[0]} n={n} s={s}")
+        LOG.critical(f"size {x.shape[0]} n={n} s={s}")
 
 
 def emit(kind: str, arg: str, x, n, s) -> None:
@@ -201,13 +210,27 @@ def _through_helper(x, n, s):
     return x * n
 
 
+def _printed_through_a_call(x, n, s):
+    print(_show(f"n {n}"))  # the placeholder reaches print, but from another call: traced again, pinned
+    return x * n
+
+
+def _measured_then_printed(x, n, s):
+    print(len(f"{n}"))  # len() of the placeholder: it never reaches an effect, traced again, pinned
+    return x * n
+
+
 def _kept(x, n, s):
     text = f"n {n}"
     print(text)  # stored first: pinned
     return x * n
 
 
-@pytest.mark.parametrize("fn", [_length, _compared, _parsed, _through_helper, _kept], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "fn",
+    [_length, _compared, _parsed, _through_helper, _printed_through_a_call, _measured_then_printed, _kept],
+    ids=lambda f: f.__name__,
+)
 @pytest.mark.parametrize("dynamic", MODES, ids=lambda d: f"dynamic={d}")
 def test_an_fstring_that_is_not_only_printed_pins_its_values(fn, dynamic, captured):
     capsys, handler = captured
@@ -223,6 +246,8 @@ def test_an_fstring_that_is_not_only_printed_pins_its_values(fn, dynamic, captur
     for size, n, s in CALLS:
         base(torch.randn(size), n, s)
     assert specengine.cache_misses(cfn) == specengine.cache_misses(base)
+    if fn in (_printed_through_a_call, _measured_then_printed):  # a placeholder was made, escaped, and its site pinned
+        assert any(code is fn.__code__ for code, _ in effect_strings.PINNED)
     assert specengine.cache_misses(cfn) == {True: 4 if fn is _through_helper else 3, None: 4, False: 4}[dynamic]
 
 

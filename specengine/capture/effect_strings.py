@@ -96,9 +96,27 @@ def consumer(code: types.CodeType, offset: int) -> tuple[int, int] | None:
     return _consumers[key]
 
 
+_EFFECT_NAMES = frozenset(("print", "warn", "debug", "info", "warning", "error", "critical", "fatal", "log"))
+_STATEMENT_ENDS = ("POP_TOP", "STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_ATTR", "STORE_SUBSCR",
+                   "STORE_DEREF", "RETURN_VALUE", "RESUME")  # fmt: skip
+
+
+def _names_an_effect(instructions: list, start: int) -> bool:
+    """Whether the statement holding the f-string names an effect (`print`, `.warn`, `.info`, ...) before it: a
+    filter, so that a string given to another call (`int(f"{n}")`) is formatted as a constant without a retrace."""
+    for ins in reversed(instructions[max(0, start - 64) : start]):
+        if ins.opname in _STATEMENT_ENDS:
+            return False
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_METHOD", "LOAD_ATTR") and ins.argval in _EFFECT_NAMES:
+            return True
+    return False
+
+
 def _find_consumer(instructions: list, offset: int) -> tuple[int, int] | None:
     start = next((i for i, ins in enumerate(instructions) if ins.offset == offset), None)
     if start is None or not instructions[start].opname.startswith("FORMAT"):
+        return None
+    if not _names_an_effect(instructions, start):
         return None
     depth, joined = 0, False  # depth: how many items lie above the tracked value
     for i in range(start + 1, len(instructions)):
