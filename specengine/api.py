@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from specengine.cache import Cache, CacheEntry
-from specengine.capture import torch_settings, unbound_methods
+from specengine.capture import effect_strings, torch_settings, unbound_methods
 from specengine.capture.interpreter import trace_function
 from specengine.capture.writes import Promote, with_writes
 from specengine.codegen import callable_target, function_name
@@ -213,6 +213,8 @@ def _trace_stage(fn: Callable, specs: InputSpecs, options: Options) -> tuple[lis
             break
         except unbound_methods.MethodCalledThroughClass:
             continue  # a Tensor method called through the class from code not scanned: now swapped, trace again
+        except effect_strings.Retrace:
+            continue  # a symbolic f-string reached something other than an effect: now pinned, trace again
     traces_log.info("traced %s:\n%s", function_name(fn), traced)
     cleaned = passes.dce(passes.cse(traced))
     return [traced, cleaned], decider, state

@@ -5,8 +5,8 @@ raises, where eager raises); the failure leaves no half-made entry (misses and e
 compiled function then serves the good call from its entry. A second table lists inputs that look unusual but are
 supported: each gets an entry of its own and matches eager.
 
-Decisions (see README, "Python side effects"): `print` and assigning a global are rejected with UnsupportedOpError
-where they happen (they would run only while tracing); in-place ops on inputs are supported and visible as in
+Decisions (see README, "Python side effects"): `print` of a tensor's data and assigning a global are rejected with
+UnsupportedOpError where they happen (the print would format data; the assignment would run only while tracing); in-place ops on inputs are supported and visible as in
 eager; recursion is traced through; a generator expression consumed inside the function is supported, returning a
 generator (or compiling a generator function) is rejected.
 """
@@ -55,7 +55,7 @@ def flagged(a, flag):
 
 
 def _print(a):
-    print("shape", a.shape)
+    print("value", a)  # (`print("shape", a.shape)` is an op of the computation: capture/effect_ops.py)
     return a
 
 
@@ -164,7 +164,7 @@ CASES = [
     Case("format-tensor", flagged, (T(3), ""), (T(3), "format"), UNSUPPORTED, r"^format\(Tensor\) is not supported",
          eager=False),
     Case("print", flagged, (T(3), ""), (T(3), "print"), UNSUPPORTED,
-         r"^print is not supported by specengine \(at test_bad_inputs.py:\d+\): it would run only while tracing",
+         r"^print of a tensor is not supported by specengine \(at test_bad_inputs.py:\d+\): formatting tensor data",
          eager=False),
     Case("assign-global", flagged, (T(3), ""), (T(3), "global"), UNSUPPORTED,
          r"^assigning the global 'COUNTER' is not supported by specengine \(at test_bad_inputs.py:\d+\)", eager=False),

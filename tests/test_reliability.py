@@ -114,9 +114,9 @@ def test_an_exception_while_tracing_keeps_the_users_traceback_and_the_cache():
 
 
 def _guarded_print():
-    from specengine.capture import effects
+    from specengine.capture import effect_ops
 
-    return effects._guarded_print
+    return effect_ops._print
 
 
 def interrupted(a, n):

@@ -2,8 +2,6 @@
 
 Rejected with UnsupportedOpError, where they happen:
 
-- `print`: while any thread traces, `builtins.print` is a wrapper that raises in a tracing context and forwards
-  everywhere else (other threads, and code outside compiled functions, print as usual);
 - assigning (or deleting) a global of the traced function's module: the module's globals are compared before
   and after tracing;
 - changing global torch settings (`torch.set_default_dtype`, `torch.use_deterministic_algorithms`, the random
@@ -11,6 +9,8 @@ Rejected with UnsupportedOpError, where they happen:
 
 Recorded instead:
 
+- `print`, `warnings.warn`, `logging` calls and `torch.set_printoptions` from the program's code become ops of the
+  computation (`capture/effect_ops.py`), run on every call with the values of that call;
 - `torch.manual_seed(s)` becomes a bound symbol: the computation seeds where the function did;
 - reads of global torch settings (`torch.get_default_dtype()`, `torch.are_deterministic_algorithms_enabled()`, ...)
   are noted on the tracing state: the prologue guards the values read.
@@ -23,7 +23,6 @@ they run only while tracing (docs/python-semantics.md, "Python state, modules an
 
 from __future__ import annotations
 
-import builtins
 import dis
 import os
 import threading
@@ -33,7 +32,14 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from specengine.capture import autograd_functions, exceptions, torch_settings
+from specengine.capture import (
+    autograd_functions,
+    effect_ops,
+    effect_strings,
+    exceptions,
+    tensor_objects,
+    torch_settings,
+)
 from specengine.errors import UnsupportedOpError
 from specengine.ir import context
 from specengine.ir.proxies import HOOKS, unsupported
@@ -42,7 +48,6 @@ from specengine.provenance import code_site
 
 _lock = threading.Lock()
 _depth = 0
-_saved_print: Callable = builtins.print
 # Global RNG state functions: recorded while tracing (the computation runs them on every call, in program order,
 # as eager does); the recorded op is torch.random's own function (torch._dynamo wraps torch.manual_seed).
 _RNG_FUNCTIONS = ("manual_seed", "get_rng_state", "set_rng_state")
@@ -52,13 +57,6 @@ _CUDA_RNG = ("manual_seed", "manual_seed_all", "get_rng_state", "set_rng_state")
 _CUDA_REFUSED = ("seed", "seed_all", "initial_seed", "get_rng_state_all", "set_rng_state_all")
 _saved_rng: dict[str, tuple] = {}
 _MISSING = object()
-
-
-def _guarded_print(*args: Any, **kwargs: Any) -> None:
-    if context.current() is not None:
-        raise unsupported("print", "it would run only while tracing, never on cached calls; print outside the "
-                          "compiled function, or return the values to print")  # fmt: skip
-    return _saved_print(*args, **kwargs)
 
 
 def _traced_rng(name: str) -> Callable:
@@ -112,12 +110,11 @@ def _swap_rng(install: bool) -> None:
 
 
 def _install() -> None:
-    global _depth, _saved_print
+    global _depth
     with _lock:
-        if _depth == 0 and builtins.print is not _guarded_print:
-            _saved_print = builtins.print
-            builtins.print = _guarded_print
         if _depth == 0:
+            effect_ops.install()
+            tensor_objects.install()
             _swap_rng(install=True)
             torch_settings.install()
             exceptions.install()
@@ -129,9 +126,9 @@ def _uninstall() -> None:
     global _depth
     with _lock:
         _depth -= 1
-        if _depth == 0 and builtins.print is _guarded_print:  # leave alone a print someone else installed
-            builtins.print = _saved_print
         if _depth == 0:
+            effect_ops.uninstall()
+            tensor_objects.uninstall()
             _swap_rng(install=False)
             torch_settings.uninstall()
             exceptions.uninstall()
@@ -145,9 +142,15 @@ def checked(target: Callable) -> Iterator[None]:
     before = dict(glb) if isinstance(glb, dict) else None
     settings = [torch_settings.snapshot()]  # (moved on by imports: `torch_settings.tracked`)
     _install()
+    effect_strings.begin()
     try:
         with torch_settings.tracked(settings[0]) as settings:
-            yield
+            try:
+                yield
+            except BaseException:
+                effect_strings.end(failed=True)  # a placeholder of a symbolic f-string may have caused it: trace again
+                raise
+            effect_strings.end(failed=False)
             torch_settings.check_unchanged(settings[0], context.require(), f"in {code_site(target)}")
     finally:
         _uninstall()

@@ -51,7 +51,8 @@ class Proxy:
                               "the compiled function")  # fmt: skip
         self = object.__new__(cls)
         state = context.current()
-        self.epoch = 0 if state is None else state.epoch
+        # (object.__setattr__: TensorProxy's own __setattr__ is for the user's writes)
+        object.__setattr__(self, "epoch", 0 if state is None else state.epoch)
         return self
 
 

@@ -113,6 +113,9 @@ def tensor_isinstance() -> Iterator[None]:
         yield
 
 
+_set = object.__setattr__
+
+
 class TensorProxy(Proxy):
     """A tensor during tracing: symbolic dims (canonical int Exprs), dtype, device and requires_grad."""
 
@@ -122,12 +125,13 @@ class TensorProxy(Proxy):
 
     def __init__(self, name: str, dims: tuple, dtype: torch.dtype, device: torch.device, requires_grad: bool,
                  tensor_type: type = torch.Tensor):  # fmt: skip
-        self.name = name
-        self.dims = tuple(E.as_expr(d) for d in dims)
-        self.dtype = dtype
-        self.device = device
-        self.requires_grad = requires_grad
-        self.tensor_type = tensor_type  # the input's class (nn.Parameter, a subclass): what isinstance sees
+        # (object.__setattr__: the frontend gives TensorProxy a __setattr__ for the user's writes, capture/tensor_objects)
+        _set(self, "name", name)
+        _set(self, "dims", tuple(E.as_expr(d) for d in dims))
+        _set(self, "dtype", dtype)
+        _set(self, "device", device)
+        _set(self, "requires_grad", requires_grad)
+        _set(self, "tensor_type", tensor_type)  # the input's class (nn.Parameter, a subclass): what isinstance sees
 
     @property
     def __class__(self) -> type:  # noqa: PLE0302 - `x.__class__` in the user's code is eager's (seen_class)

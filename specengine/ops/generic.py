@@ -47,6 +47,10 @@ from specengine.patching import original
 _DATA_DEPENDENT_TAGS = tuple(getattr(torch.Tag, t) for t in ("dynamic_output_shape", "data_dependent_output")
                       if hasattr(torch.Tag, t))  # fmt: skip
 _VALUE_RESULTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, type(None))
+# ops whose outputs never require grad in eager (`x.detach()`, `torch.full_like(x, v)`): the generic path would
+# otherwise give them the inputs' requires_grad
+_NOT_DIFFERENTIABLE = frozenset(("detach", "detach_", "full_like", "rand_like", "randn_like", "randint_like",
+                                 "empty_like", "zeros_like", "ones_like"))  # fmt: skip
 _SYMBOLS: dict[tuple, Symbol] = {}
 _DTYPE_PREDICATES = frozenset({"is_floating_point", "is_complex", "is_signed"})
 _EMPTY_STRIDED = torch.ops.aten.empty_strided.default
@@ -225,7 +229,7 @@ def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
     with context.require().deferred():  # run-time checks the kernel decides follow the op (they read its sizes)
         out = _run_meta(func, name, margs, mkwargs, mode)
     pure = _check_mutations(name, stand_ins, mode.written) and not mode.random
-    result = _outputs(name, out, stand_ins, device, pure)
+    result = _outputs(name, out, stand_ins, device, pure, kwargs.get("requires_grad") is True)
     inputs = {id(p) for _, p, _ in stand_ins.tensors}
     if pure and all(id(r) in inputs for r in pytree.tree_leaves(result) if isinstance(r, Proxy)):
         return result  # returns its input itself (e.g. `contiguous` of a contiguous tensor): nothing to run
@@ -320,10 +324,12 @@ def _dims(meta: torch.Tensor) -> tuple:
     return tuple(S.expr_of(s) for s in meta.shape)
 
 
-def _outputs(name: str, out: Any, stand_ins: _Stand_ins, device: torch.device, pure: bool) -> Any:
+def _outputs(name: str, out: Any, stand_ins: _Stand_ins, device: torch.device, pure: bool,
+             requires_grad: bool = False) -> Any:  # fmt: skip
     leaves, spec = pytree.tree_flatten(out)
     by_id = {id(meta): proxy for meta, proxy, _ in stand_ins.tensors}
     grad = torch.is_grad_enabled() and any(p.requires_grad for _, p, _ in stand_ins.tensors)
+    grad = (grad and name.rpartition(".")[2] not in _NOT_DIFFERENTIABLE) or requires_grad  # (`requires_grad=True`)
     state = context.require()
     results = []
     for leaf in leaves:
