@@ -20,6 +20,7 @@ from specengine.ir.data_dependent import user_check
 from specengine.ir.trace import Trace
 from specengine.logs import set_logs
 from specengine.marks import mark_dynamic, mark_static
+from specengine.persist.bundle import load_cache, save_cache
 from specengine.prologue.codegen import Guard, Prologue
 
 __all__ = [
@@ -27,7 +28,7 @@ __all__ = [
     "recompile_reasons", "explain", "reset", "mark_dynamic", "mark_static", "config", "set_logs",
     "CompiledFunction", "CacheEntry", "Guard", "Prologue", "Trace", "SpecEngineError", "UnsupportedOpError",
     "ConstraintViolationError", "RecompileLimitError", "RecompileLimitWarning", "SolverWarning", "check",
-    "DataDependentCheckError",
+    "DataDependentCheckError", "save_cache", "load_cache",
 ]  # fmt: skip
 
 

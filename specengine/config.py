@@ -18,7 +18,8 @@ class Config:
     On either limit a query answers `unknown`, and the solver keeps the stronger guard set with a warning.
     cache_dir: the persistent cache's directory (README "Persistent cache"), read at import from
         `SPECENGINE_CACHE_DIR`; None or "" (the default): no disk cache.
-    cache_max_bytes: the disk cache's size bound; least recently used entries are evicted first.
+    cache_max_bytes: the disk cache's size bound (`SPECENGINE_CACHE_MAX_BYTES`, default 1 GiB); least recently used
+        entries are evicted first.
     cache_key: the secret (bytes or hex) entries are signed with; None: `SPECENGINE_CACHE_KEY` (hex), else a
         per-user key file `$XDG_CONFIG_HOME/specengine/cache.key` made on first use.
     """
@@ -28,7 +29,7 @@ class Config:
     solver_rlimit: int = 2_000_000
     solver_timeout_ms: int = 30_000
     cache_dir: str | None = field(default_factory=lambda: os.environ.get("SPECENGINE_CACHE_DIR") or None)
-    cache_max_bytes: int = 1 << 30
+    cache_max_bytes: int = field(default_factory=lambda: int(os.environ.get("SPECENGINE_CACHE_MAX_BYTES") or 1 << 30))
     cache_key: bytes | str | None = None
 
 

@@ -69,12 +69,15 @@ def portable_structure(g: StructureGuard) -> list:
     for m in g.root.modules():
         objects[id(m)] = m
         objects[id(type(m))] = type(m)
-    out = []
+    out, classes = [], {}
     for k, v in sorted(g.expected.items(), key=lambda kv: kv[0]):
         if k.endswith(": tables"):
             continue  # the prologue's tables are found again by path
         if k.endswith(": class"):
-            v = keys.class_fingerprint(objects[v[1]])
+            cls = objects[v[1]]
+            v = keys.qualified(cls)
+            if v not in classes:
+                classes[v] = keys.class_fingerprint(cls)
         elif k.endswith(": submodules"):
             v = [name for name, _ in v]
         elif ": _" in k:
@@ -84,6 +87,7 @@ def portable_structure(g: StructureGuard) -> list:
         else:
             v = _portable(v, objects)
         out.append([k, v])
+    out.append(["classes", sorted(classes.items())])
     return json.loads(json.dumps(out))
 
 

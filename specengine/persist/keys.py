@@ -44,7 +44,7 @@ def fingerprint(value: Any, depth: int = 0) -> Any:
     """A portable, JSON-able description of `value`'s content: functions by code hash, defaults and closure;
     classes by qualname and (for classes outside torch and the standard library) their namespace; data by value."""
     if depth > _MAX_DEPTH:
-        return ["deep", _qualified(type(value))]
+        return ["deep", qualified(type(value))]
     if value is None or isinstance(value, (bool, int, str)):
         return [type(value).__name__, value]
     if isinstance(value, float):
@@ -59,7 +59,7 @@ def fingerprint(value: Any, depth: int = 0) -> Any:
     if isinstance(value, types.FunctionType):
         return function_fingerprint(value, depth)
     if isinstance(value, types.MethodType):
-        return ["method", fingerprint(value.__func__, depth + 1), _qualified(type(value.__self__))]
+        return ["method", fingerprint(value.__func__, depth + 1), qualified(type(value.__self__))]
     if isinstance(value, (staticmethod, classmethod)):
         return [type(value).__name__, fingerprint(value.__func__, depth + 1)]
     if isinstance(value, property):
@@ -71,14 +71,15 @@ def fingerprint(value: Any, depth: int = 0) -> Any:
         return class_fingerprint(value, depth)
     if isinstance(value, types.ModuleType):
         return ["module", value.__name__]
-    return ["object", _qualified(type(value))]
+    return ["object", qualified(type(value))]
 
 
 def function_fingerprint(fn: types.FunctionType, depth: int = 0) -> list:
     cells = []
     for cell in fn.__closure__ or ():
         try:
-            cells.append(fingerprint(cell.cell_contents, depth + 1))
+            v = cell.cell_contents
+            cells.append(["class", qualified(v)] if isinstance(v, type) else fingerprint(v, depth + 1))
         except ValueError:
             cells.append(["empty"])
     return ["function", code_hash(fn.__code__), fingerprint(fn.__defaults__, depth + 1),
@@ -93,7 +94,7 @@ def _library(cls: type) -> bool:
 def class_fingerprint(cls: type, depth: int = 0) -> list:
     """A class by qualname; a user class also by its bases' names and every attribute of its namespace."""
     if _library(cls) or depth >= _MAX_DEPTH - 1:
-        return ["class", _qualified(cls)]
+        return ["class", qualified(cls)]
     space = []
     for c in cls.__mro__:
         if c is object or _library(c):
@@ -103,11 +104,12 @@ def class_fingerprint(cls: type, depth: int = 0) -> list:
             for k, v in vars(c).items()
             if k not in ("__dict__", "__weakref__", "__doc__")
         ]
-        space.append([_qualified(c), items])
-    return ["class", _qualified(cls), [_qualified(c) for c in cls.__mro__], space]
+        space.append([qualified(c), items])
+    return ["class", qualified(cls), [qualified(c) for c in cls.__mro__], space]
 
 
-def _qualified(obj: Any) -> str:
+def qualified(obj: Any) -> str:
+    """`module:qualname` of a class or function."""
     return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__name__)}"
 
 
@@ -130,11 +132,11 @@ def engine_hash() -> str:
 def target_identity(fn: Any) -> list | None:
     """What a compiled target is, portably: module, qualname and content fingerprint (None: no portable name)."""
     if isinstance(fn, torch.nn.Module):
-        return ["module", _qualified(type(fn)), class_fingerprint(type(fn))]
+        return ["module", qualified(type(fn)), class_fingerprint(type(fn))]
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
-        return ["method", _qualified(type(fn.__self__)), _qualified(fn.__func__), function_fingerprint(fn.__func__)]
+        return ["method", qualified(type(fn.__self__)), qualified(fn.__func__), function_fingerprint(fn.__func__)]
     if isinstance(fn, types.FunctionType) and "<lambda>" not in fn.__qualname__:
-        return ["function", _qualified(fn), function_fingerprint(fn)]
+        return ["function", qualified(fn), function_fingerprint(fn)]
     return None
 
 

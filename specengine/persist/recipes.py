@@ -8,6 +8,7 @@ function's globals or closure, an imported module's `__dict__`, or a part of a g
 
 from __future__ import annotations
 
+import gc
 import sys
 import types
 from dataclasses import dataclass, field
@@ -185,6 +186,8 @@ def describe(v: Any, ctx: Context) -> list:
         mod = sys.modules.get(v["__name__"])
         if mod is not None and vars(mod) is v:
             return ["moddict", v["__name__"]]
+    if isinstance(v, tuple) and v and all(isinstance(c, types.CellType) for c in v):
+        return _closure_of(v)
     try:
         return ["value", encode_value(v)]
     except NoRecipe:
@@ -196,6 +199,16 @@ def describe(v: Any, ctx: Context) -> list:
     if sentinel is not None:
         return sentinel
     raise NoRecipe(f"a {type(v).__name__} object ({_short(v)}) has no recipe")
+
+
+def _closure_of(cells: tuple) -> list:
+    """The closure of a named function (a helper the trace ran, a method using `super()`)."""
+    for f in gc.get_referrers(cells):
+        if isinstance(f, types.FunctionType) and f.__closure__ is cells:
+            named = _named(f)
+            if named is not None:
+                return ["closure", *named[1:]]
+    raise NoRecipe("the closure of a function without a module and qualname")
 
 
 def _short(v: Any) -> str:
@@ -258,6 +271,11 @@ def resolve(r: list, ctx: Context) -> Any:
             if keys.fingerprint(v) != r[3]:
                 raise Rejected(f"{r[1]}.{r[2]} changed since the entry was saved")
             return v
+        elif kind == "closure":
+            fn = _lookup(r[1], r[2])
+            if keys.fingerprint(fn) != r[3]:
+                raise Rejected(f"{r[1]}.{r[2]} changed since the entry was saved")
+            return fn.__closure__
         elif kind == "engine":
             if not r[1].startswith("specengine."):
                 raise Rejected(f"{r[1]} is not an engine module")
