@@ -66,6 +66,7 @@ def entry_payload(fn: Any, module: Any, prologue: Prologue, index: tuple | None,
     payload["index"] = _index(index, ctx)
     payload["guard_texts"] = [g.text for g in guards]
     payload["codes"] = sorted(_ran(m.ran_codes))
+    payload["packages"] = _versions(_modules_named(payload))
     payload["key"] = keys.digest(payload)  # content-addressed: two processes tracing this entry write one file
     return payload
 
@@ -131,6 +132,31 @@ def _ran(codes: dict) -> list[tuple[str, str, str]]:
     return [list(t) for t in out]
 
 
+_UNVERSIONED = ("torch", "specengine", "builtins", "__main__")  # torch and the engine are in the program key
+
+
+def _modules_named(payload: dict) -> set[str]:
+    """The modules whose classes, functions and code the entry names (their packages' versions are checked)."""
+    mods = {r[1] for r in payload["prologue"]["globals"].values() if r[0] in ("object", "closure")}
+    mods |= {c[0] for c in payload["codes"]}
+    for g in payload["guards"]:
+        if g["kind"] == "classes":
+            mods |= {r[1] for r in g["classes"]}
+        else:
+            mods |= {qual.split(":")[0] for qual, _ in g["fingerprint"][-1][1]}
+    return mods
+
+
+def _versions(modules: set[str]) -> dict[str, str | None]:
+    """The `__version__` of each top-level package (library code the trace ran is not hashed: its version is)."""
+    tops = {m.split(".")[0] for m in modules} - set(_UNVERSIONED)
+    out = {}
+    for top in sorted(tops):
+        version = getattr(sys.modules.get(top), "__version__", None)
+        out[top] = version if isinstance(version, str) else None
+    return out
+
+
 # ---- load --------------------------------------------------------------------------------------------------------
 
 
@@ -147,6 +173,10 @@ def check_codes(codes: list) -> None:
 def load_entry(payload: dict, fn: Any, module: Any) -> Loaded:
     """Build an entry from verified data: code hashes, guards rebuilt on the live objects, globals by recipe."""
     check_codes(payload["codes"])
+    versions = _versions(set(payload["packages"]))
+    if versions != payload["packages"]:
+        changed = sorted(k for k in versions if versions[k] != payload["packages"].get(k))
+        raise Rejected(f"package versions changed: {', '.join(changed)}")
     ctx = context(fn, module)
     rebuild_guards(payload["guards"], ctx)
     p = payload["prologue"]
