@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import sys
 import types
-from dataclasses import asdict
+from dataclasses import astuple
 from typing import Any, NamedTuple
 
 from specengine.codegen import exec_source
@@ -59,7 +59,7 @@ def entry_payload(fn: Any, module: Any, prologue: Prologue, index: tuple | None,
         if value is specs.outside_ids and specs.outside_ids:
             raise NoRecipe("the ids of objects reachable from outside the arguments")
         recipes[name] = describe(value, ctx)
-    steps = [asdict(s) if isinstance(s, Check) else s for s in prologue.steps]
+    steps = [list(astuple(s)) if isinstance(s, Check) else s for s in prologue.steps]
     payload["prologue"] = {"name": prologue.name, "sig": prologue._sig, "returns": list(prologue._returns),
                            "steps": steps, "globals": recipes}  # fmt: skip
     payload["computation"] = _computation(m.final)
@@ -181,8 +181,7 @@ def load_entry(payload: dict, fn: Any, module: Any) -> Loaded:
     rebuild_guards(payload["guards"], ctx)
     p = payload["prologue"]
     glb = {name: resolve(r, ctx) for name, r in p["globals"].items()}
-    steps = [Check(s["fail"], s["text"], tuple(map(tuple, s["values"])), s["provenance"], s["indexed"], s["describe"])
-             if isinstance(s, dict) else s for s in p["steps"]]  # fmt: skip
+    steps = [Check(s[0], s[1], tuple(map(tuple, s[2])), *s[3:]) if isinstance(s, list) else s for s in p["steps"]]
     prologue = Prologue(p["name"], steps, p["returns"], glb, p["sig"])
     _check_source(prologue.source, imports=False)
     computation = _load_computation(payload["computation"])
