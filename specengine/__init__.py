@@ -20,6 +20,7 @@ from specengine.ir.data_dependent import user_check
 from specengine.ir.trace import Trace
 from specengine.logs import set_logs
 from specengine.marks import mark_dynamic, mark_static
+from specengine.persist.bundle import load_cache, save_cache
 from specengine.prologue.codegen import Guard, Prologue
 
 __all__ = [
@@ -27,7 +28,7 @@ __all__ = [
     "recompile_reasons", "explain", "reset", "mark_dynamic", "mark_static", "config", "set_logs",
     "CompiledFunction", "CacheEntry", "Guard", "Prologue", "Trace", "SpecEngineError", "UnsupportedOpError",
     "ConstraintViolationError", "RecompileLimitError", "RecompileLimitWarning", "SolverWarning", "check",
-    "DataDependentCheckError",
+    "DataDependentCheckError", "save_cache", "load_cache",
 ]  # fmt: skip
 
 
@@ -38,6 +39,7 @@ def compile(
     executors: Sequence[Any] | None = None,
     recompile_limit: int | None = None,
     on_recompile_limit: str | None = None,
+    cache: bool = True,
 ) -> Any:
     """Compile `fn` (a function or nn.Module); also usable as `@compile` or `@compile(dynamic=True)`.
 
@@ -51,13 +53,14 @@ def compile(
         recompile_limit: entries allowed for this function (default `specengine.config.recompile_limit`, 8).
         on_recompile_limit: "warn" (a RecompileLimitWarning, then an eager run) or "raise" (default
             `specengine.config.on_recompile_limit`).
+        cache: False: this function never uses the disk cache (`specengine.config.cache_dir`).
 
     Returns:
         A CompiledFunction, or a decorator when `fn` is omitted.
     """
     if fn is None:
-        return lambda f: make_compiled(f, dynamic, executors, recompile_limit, on_recompile_limit)
-    return make_compiled(fn, dynamic, executors, recompile_limit, on_recompile_limit)
+        return lambda f: make_compiled(f, dynamic, executors, recompile_limit, on_recompile_limit, cache)
+    return make_compiled(fn, dynamic, executors, recompile_limit, on_recompile_limit, cache)
 
 
 def check(cond: Any, message: Any = None) -> None:
@@ -141,12 +144,17 @@ def explain(cfn: CompiledFunction) -> str:
     lines = [f"{c.__name__}: {cache_misses(c)} misses, {cache_hits(c)} hits, {len(c._cache.entries)} entries"]
     for i, e in enumerate(c._cache.entries):
         st = e.stats
+        if st.get("origin") == "disk":
+            lines.append(f"entry {i}: {e.hits} hits; loaded from {st['loaded_from']}")
+            lines += [f"  {g}" for g in e.guards] or ["  (no guards)"]
+            continue
         lines.append(f"entry {i}: {e.hits} hits; compile {st['compile_s'] * 1e3:.1f} ms "
                      f"(trace {st['trace_s'] * 1e3:.1f}, solve {st['solve_s'] * 1e3:.1f}, "
                      f"codegen {st['codegen_s'] * 1e3:.1f}), {st['z3_calls']} z3 queries")  # fmt: skip
         lines += [f"  {g}    # {g.provenance}" for g in e.guards] or ["  (no guards)"]
         lines += [f"  data-dependent: {b.output.name} = {b.args[-1]}" for b in _unbacked_binders(e)]
         lines += [f"  run-time check: {b.args[0]}    # {b.source}" for b in _runtime_checks(e)]
+        lines += [f"  not saved: {st['not_saved']}"] if "not_saved" in st else []
     for i, reason in enumerate(c._cache.reasons, 1):
         lines.append(f"recompile {i}:")
         lines += [f"  {r}" for r in reason.splitlines()]

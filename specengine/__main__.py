@@ -6,12 +6,14 @@ the final trace, the prologue's guards, the miss count and a timing table agains
 
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
 
 import specengine
 from specengine.examples.gpt import GPT, GPTConfig
+from specengine.persist import cli
 
 SIZES = [(b, t) for b in (1, 2, 4) for t in (1, 8, 17, 32)]
 
@@ -58,4 +60,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["cache"]:  # python -m specengine cache --info | --clear [DIR]
+        sys.exit(cli.main(sys.argv[2:]))
     main()

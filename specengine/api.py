@@ -14,11 +14,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from specengine import persist
 from specengine.cache import Cache, CacheEntry
 from specengine.capture import effect_strings, torch_settings, unbound_methods
 from specengine.capture.interpreter import trace_function
 from specengine.capture.writes import Promote, with_writes
-from specengine.codegen import callable_target, function_name
+from specengine.codegen import callable_target, function_name, module_of
 from specengine.config import config
 from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
@@ -49,6 +50,7 @@ class Options:
     executors: tuple[Executor, ...]
     recompile_limit: int | None = None  # None: specengine.config.recompile_limit
     on_recompile_limit: str | None = None  # None: specengine.config.on_recompile_limit
+    cache: bool = True  # False: never the disk cache (specengine.compile(fn, cache=False))
 
     @property
     def timeout_ms(self) -> int:
@@ -71,6 +73,7 @@ class CompiledFunction:
         self._auto_dynamic: frozenset[str] = frozenset()  # under dynamic=None: sources seen to change
         self._seen: dict[str, Any] = {}  # source -> value at the first compile that saw it
         self._promoted: frozenset = frozenset()  # (id(module), name): int attributes the program assigns
+        self._disk: Any = None  # persist.Disk (or False: none) once the first miss looked at the disk cache
         functools.update_wrapper(self, callable_target(fn), updated=())
         for attr in ("__name__", "__qualname__"):  # a functools.partial has neither
             if not hasattr(self, attr):
@@ -124,6 +127,8 @@ class CompiledFunction:
         if trace_context.current() is not None:  # called while tracing (e.g. recursion): trace through it
             return self._fn(*args, **kwargs)
         with self._lock:  # one compile at a time per function; dispatch stays lock-free
+            if self._disk is None:
+                self._load_disk()
             found = self._lookup(args, kwargs)  # another thread may have compiled it meanwhile
             if found is not None:
                 entry, inputs = found
@@ -151,6 +156,9 @@ class CompiledFunction:
         self._auto_dynamic, self._seen = auto_dynamic, seen  # only a completed compile changes any state
         self._promoted = entry.promoted
         self._cache.add(entry, reasons)
+        if self._disk:
+            self._save_disk(entry)
+        entry.material = None
         self._entries = self._cache.entries
         self._last_compiled = entry
         if reasons:
@@ -159,6 +167,30 @@ class CompiledFunction:
             guards_log.info("%s entry %d guards:\n  %s", self.__name__, len(self._entries),
                             "\n  ".join(g.constraint.debug_str(entry.prologue_sources) for g in entry.guards) or "(none)")  # fmt: skip
         return entry, inputs
+
+    def _load_disk(self) -> None:
+        """Entries and automatic-dynamic decisions saved by earlier processes (specengine/persist), on the first miss."""
+        names = [ex.name for ex in self._options.executors]
+        disk = self._options.cache and persist.open_program(self._fn, module_of(self._fn), self._options.dynamic, names)
+        self._disk = disk or False
+        if not disk:
+            return
+        for e in disk.load():
+            stats = {"origin": "disk", "path": e.key, "loaded_from": disk.folder}
+            self._cache.add(CacheEntry(e.prologue, e.computation, [], e.guards, None, e.key, e.index, stats), [], False)
+        self._entries = self._cache.entries
+        if self._options.dynamic is None:
+            dynamic, seen = disk.dynamic()
+            self._auto_dynamic, self._seen = self._auto_dynamic | dynamic, {**seen, **self._seen}
+
+    def _save_disk(self, entry: CacheEntry) -> None:
+        material, entry.material = entry.material, None
+        if material is None:
+            return
+        path, why = self._disk.save(entry.prologue, entry.index, entry.guards, material)
+        entry.stats["saved_to" if path else "not_saved"] = path or why
+        if self._options.dynamic is None and self._auto_dynamic:
+            self._disk.save_dynamic(self._auto_dynamic, self._seen)
 
     def _source_values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
         """Every size, int and float of a call, by source ("x.shape[0]", "n"), for automatic dynamic."""
@@ -317,12 +349,14 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     times["codegen"] = time.perf_counter()
     key = (_static_key(specs), solution.key, torch.is_grad_enabled(), uses_default_dtype and torch.get_default_dtype(),
            _autocast_state(), reads)  # fmt: skip
-    stats = _stats(times, decider, solution)
+    stats = {**_stats(times, decider, solution), "origin": "trace"}
     index = build_index_key(function_name(fn), specs, dict(solution.pinned))
     traces_log.info("final computation of %s:\n%s", function_name(fn), traces[-1])
     entry = CacheEntry(prologue, entry_fn, traces, guards, solution, key, index, stats)
     entry.prologue_sources = specs.sources.__getitem__
     entry.promoted = promoted
+    plain = plan is None and not specs.writes
+    entry.material = persist.Material(specs, getattr(state, "ran_codes", {}), traces[-1], plain)
     return entry
 
 
@@ -372,7 +406,9 @@ def _constants(specs: tuple) -> list[ConstSpec]:
 
 
 def make_compiled(fn: Callable, dynamic: bool | None, executors: Sequence[Executor | str] | None,
-                  recompile_limit: int | None = None, on_recompile_limit: str | None = None) -> CompiledFunction:  # fmt: skip
+                  recompile_limit: int | None = None, on_recompile_limit: str | None = None,
+                  cache: bool = True) -> CompiledFunction:  # fmt: skip
     if on_recompile_limit not in (None, "warn", "raise"):
         raise ValueError(f"on_recompile_limit must be 'warn' or 'raise', got {on_recompile_limit!r}")
-    return CompiledFunction(fn, Options(dynamic, resolve_executors(executors), recompile_limit, on_recompile_limit))
+    options = Options(dynamic, resolve_executors(executors), recompile_limit, on_recompile_limit, cache)
+    return CompiledFunction(fn, options)

@@ -20,11 +20,11 @@ class CacheEntry:
         computation: the generated computation function.
         traces: computation traces, first (as traced) to final (as run).
         guards: the minimized guards, printed over input names.
-        solution: the solved constraint set.
+        solution: the solved constraint set (None for an entry loaded from disk).
         key: canonical key (static input facts, global state, solved constraints).
         index: (source of the index-key function, this entry's pinned values, the function's globals), or
             None if nothing is pinned.
-        stats: compile statistics (seconds per stage, z3 calls).
+        stats: compile statistics (seconds per stage, z3 calls); `stats["origin"]` is "trace" or "disk".
     """
 
     prologue: Prologue
@@ -38,6 +38,7 @@ class CacheEntry:
     hits: int = 0
     prologue_sources: Callable[[str], str] = str  # symbol -> Python text over the inputs
     promoted: frozenset = frozenset()  # (id(module), name) of int module attributes read as symbolic inputs
+    material: Any = None  # what the disk cache needs to save a traced entry (persist.Material), until it is saved
 
     @property
     def row(self) -> tuple:
@@ -75,14 +76,14 @@ class Cache:
         self.scan: tuple = ()
         self._key_fns: dict[str, Callable] = {}
 
-    def add(self, entry: CacheEntry, reasons: list[str]) -> None:
-        """Insert a new entry; record why the call missed.
+    def add(self, entry: CacheEntry, reasons: list[str], traced: bool = True) -> None:
+        """Insert a new entry; record why the call missed (`traced`: a miss; False: an entry loaded from disk).
 
         Older entries that the new one provably subsumes (same static facts, and z3 proves their guards
         imply the new guards; equivalent guard sets included) are dropped.
         """
-        self.misses += 1
-        if self.entries:
+        self.misses += traced
+        if self.entries and traced:
             self.reasons.append("\n".join(reasons))
         kept = []
         for old in self.entries:
@@ -123,5 +124,7 @@ class Cache:
 
 
 def _replaces(new: CacheEntry, old: CacheEntry) -> bool:
+    if new.solution is None or old.solution is None:
+        return False  # an entry loaded from disk keeps no solution: both stay
     static_new, static_old = (new.key[0], new.key[2:]), (old.key[0], old.key[2:])
     return static_new == static_old and subsumes(new.solution, old.solution)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -15,12 +16,21 @@ class Config:
     solver_timeout_ms: the wall-clock limit of each z3 query, a backstop behind `solver_rlimit` for a machine so
         loaded that the work limit is not reached in time.
     On either limit a query answers `unknown`, and the solver keeps the stronger guard set with a warning.
+    cache_dir: the persistent cache's directory (README "Persistent cache"), read at import from
+        `SPECENGINE_CACHE_DIR`; None or "" (the default): no disk cache.
+    cache_max_bytes: the disk cache's size bound (`SPECENGINE_CACHE_MAX_BYTES`, default 1 GiB); least recently used
+        entries are evicted first.
+    cache_key: the secret (bytes or hex) entries are signed with; None: `SPECENGINE_CACHE_KEY` (hex), else a
+        per-user key file `$XDG_CONFIG_HOME/specengine/cache.key` made on first use.
     """
 
     recompile_limit: int = 8
     on_recompile_limit: str = "warn"
     solver_rlimit: int = 2_000_000
     solver_timeout_ms: int = 30_000
+    cache_dir: str | None = field(default_factory=lambda: os.environ.get("SPECENGINE_CACHE_DIR") or None)
+    cache_max_bytes: int = field(default_factory=lambda: int(os.environ.get("SPECENGINE_CACHE_MAX_BYTES") or 1 << 30))
+    cache_key: bytes | str | None = None
 
 
 config = Config()

@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 
-TOPICS = ("guards", "recompiles", "traces", "solver")
+TOPICS = ("guards", "recompiles", "traces", "solver", "cache")
 root = logging.getLogger("specengine")
 _handler: logging.Handler | None = None
 

@@ -200,6 +200,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     if state.output_plan is not None:
         out = tuple(state.output_plan.leaves)
     _guard_outside_reads(specs, state, target, modules, plain, shadows.outside, ran)
+    state.ran_codes = ran.codes  # the user code the trace ran (a disk cache re-checks its hashes: specengine/persist)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
     specs.layout_facts = list(state.facts.layout_facts)
     specs.lifted = list(state.facts.lifted)  # tensors closed over from outside: inputs the prologue passes as they are

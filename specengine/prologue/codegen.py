@@ -53,7 +53,7 @@ class Guard:
 
     @property
     def provenance(self) -> Any:
-        return self.constraint.provenance
+        return "loaded from disk" if self.constraint is None else self.constraint.provenance
 
     def __str__(self) -> str:
         return self.text

@@ -74,6 +74,7 @@ class StateBuilder:
         self.by_id: dict[int, Any] = {}  # id(tensor) -> its spec
         self.out: list = []
         self.module_ids: set[int] = set()
+        self.tables: dict[int, str] = {}  # id(dict) -> its prologue global (numbered: the source is stable)
 
     def root(self, name: str, obj: Any) -> str:
         self.specs.roots.setdefault(name, obj)
@@ -130,7 +131,10 @@ class StateBuilder:
         """A prologue global holding a module's `__dict__`, `_parameters` or `_buffers` itself: state is read with
         one subscript per call instead of a walk from the root. The structure fingerprint has the tables' ids, and
         replacing one bumps EPOCH, so the prologue reads the module's current tables."""
-        return self.root(f"_table_{id(d)}", d)
+        name = self.tables.get(id(d))
+        if name is None:
+            name = self.tables[id(d)] = f"_table{len(self.tables)}"
+        return self.root(name, d)
 
     def _promoted_ints(self, subs: list, path_root: str, glb: str) -> None:
         """Int attributes that `forward` assigns (`self.steps += 1`): inputs read on every call, symbolic."""

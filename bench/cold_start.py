@@ -1,0 +1,141 @@
+"""Cold start with the persistent cache (issue 23): a new process's first call served from disk, against a trace
+and against a warm call, with each figure beside its goal or anchor, in one run.
+
+Each measurement runs in a fresh child process (`--child`): first with an empty cache directory (specengine cold:
+it traces and saves), then again (specengine from disk: 0 traces). The example GPT (width 128, 2 layers, a 16x64
+batch) and GPT-2 small (12 layers, width 768, a 1x64 batch; `--no-gpt2` skips it) are measured under
+`torch.no_grad()`. `--torch-compile` adds `torch.compile` cold and with its Mega-Cache
+(`torch.compiler.save_cache_artifacts` / `load_cache_artifacts`), where Inductor runs here.
+
+    python bench/cold_start.py [--no-gpt2] [--torch-compile] [--repeat 5] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+MODELS = {
+    "gpt-d128": dict(vocab_size=128, block_size=64, n_layer=2, n_head=4, n_embd=128, batch=16, seq=64),
+    "gpt2-small": dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768, batch=1, seq=64),
+}
+
+
+def child(model: str, engine: str, repeat: int, threads: int, artifacts: str) -> dict:
+    """One fresh process: import times, the first call, the best warm call, traces and modules imported."""
+    t0 = time.perf_counter()
+    import torch  # noqa: PLC0415 - timed
+
+    t1 = time.perf_counter()
+    import specengine  # noqa: PLC0415 - timed
+    from specengine.examples.gpt import GPT, GPTConfig  # noqa: PLC0415
+
+    t2 = time.perf_counter()
+    torch.set_num_threads(threads)
+    spec = dict(MODELS[model])
+    batch, seq = spec.pop("batch"), spec.pop("seq")
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(**spec)).eval()
+    idx = torch.randint(0, spec["vocab_size"], (batch, seq))
+    if engine == "specengine":
+        fn = specengine.compile(m)
+    else:
+        if artifacts and os.path.exists(artifacts):
+            with open(artifacts, "rb") as f:
+                torch.compiler.load_cache_artifacts(f.read())
+        fn = torch.compile(m)
+    with torch.no_grad():
+        before = set(sys.modules)
+        s = time.perf_counter()
+        fn(idx)
+        first = time.perf_counter() - s
+        imported = sorted(n for n in set(sys.modules) - before if n in ("z3", "torch._refs", "sympy"))
+        warm = []
+        for _ in range(repeat):
+            s = time.perf_counter()
+            fn(idx)
+            warm.append(time.perf_counter() - s)
+    out = {"import_torch": t1 - t0, "import_specengine": t2 - t1, "first": first, "warm": min(warm),
+           "imported": imported}  # fmt: skip
+    if engine == "specengine":
+        out["traces"] = specengine.cache_misses(fn)
+        out["origin"] = sorted({e.stats["origin"] for e in specengine.cache_entries(fn)})
+    elif artifacts and not os.path.exists(artifacts):
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is not None:
+            with open(artifacts, "wb") as f:
+                f.write(saved[0])
+    return out
+
+
+def _spawn(model: str, engine: str, env: dict, args: argparse.Namespace, artifacts: str = "") -> dict:
+    cmd = [sys.executable, __file__, "--child", model, engine, str(args.repeat), str(args.threads), artifacts]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    if p.returncode != 0:
+        return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _ms(v: float) -> str:
+    return f"{v * 1e3:.1f} ms"
+
+
+def measure(model: str, args: argparse.Namespace, base_env: dict) -> list[tuple[str, str, str]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**base_env, "SPECENGINE_CACHE_DIR": os.path.join(tmp, "cache"), "XDG_CONFIG_HOME": os.path.join(tmp, "cfg"),
+               "TORCHINDUCTOR_CACHE_DIR": os.path.join(tmp, "inductor")}  # fmt: skip
+        cold = _spawn(model, "specengine", env, args)
+        disk = _spawn(model, "specengine", env, args)
+        rows = []
+        if "error" in cold or "error" in disk:
+            return [(f"{model}: specengine", cold.get("error", "") or disk.get("error", ""), "")]
+        over = disk["first"] - disk["warm"]
+        rows += [
+            (f"{model}: import torch / import specengine (beyond torch)",
+             f"{disk['import_torch']:.2f} s / {disk['import_specengine']:.2f} s", "specengine <= 0.2 s"),
+            (f"{model}: specengine cold first call (trace, {cold['traces']} trace)", _ms(cold["first"]), ""),
+            (f"{model}: specengine first call from disk ({disk['traces']} traces, {'/'.join(disk['origin'])})",
+             _ms(disk["first"]), "0 traces"),
+            (f"{model}: warm call", _ms(disk["warm"]), ""),
+            (f"{model}: from disk / warm", f"{disk['first'] / disk['warm']:.2f}x, +{_ms(over)}",
+             "<= 1.5x (gpt-d128); <= +100 ms (gpt2-small); Mega-Cache +780 ms, precompile ~300 ms"),
+            (f"{model}: modules the disk load imported", ", ".join(disk["imported"]) or "none", "no z3, torch._refs"),
+        ]  # fmt: skip
+        if args.torch_compile:
+            art = os.path.join(tmp, "megacache.bin")
+            tc_cold = _spawn(model, "torch.compile", env, args, art)
+            tc_mega = _spawn(model, "torch.compile", env, args, art)
+            for name, r in (("cold", tc_cold), ("with Mega-Cache", tc_mega)):
+                text = r.get("error") or f"{_ms(r['first'])} (warm {_ms(r['warm'])})"
+                rows.append((f"{model}: torch.compile {name} first call", text, ""))
+        return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--no-gpt2", action="store_true")
+    parser.add_argument("--torch-compile", action="store_true")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    if args.child:
+        model, engine, repeat, threads, artifacts = args.child
+        print(json.dumps(child(model, engine, int(repeat), int(threads), artifacts)))
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECENGINE_")}
+    rows = []
+    for model in ["gpt-d128"] + ([] if args.no_gpt2 else ["gpt2-small"]):
+        rows += measure(model, args, env)
+    print("| figure | measured | goal / anchor |\n| --- | --- | --- |")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Structure and class guards across processes: saved as a portable fingerprint (classes by module, qualname and
+content, submodules by name, attribute values by type and repr) and rebuilt in the new process on the live module,
+whose fingerprint must then be the saved one. Version tags, stamps and ids are process-local and never saved."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from specengine.persist import keys
+from specengine.persist.recipes import Context, NoRecipe, describe, resolve
+from specengine.persist.signing import Rejected
+from specengine.prologue.classes import ClassGuard
+from specengine.prologue.fields import is_config_object
+from specengine.prologue.structure import StructureGuard
+
+
+def describe_guards(guards: list, ctx: Context) -> list[dict]:
+    """The recipes of the structure and class guards of an entry, in order (NoRecipe if one has none)."""
+    out = []
+    for g in guards:
+        if type(g) is StructureGuard:
+            if ctx.module is None or g.root is not ctx.module:
+                raise NoRecipe("a module tree reached outside the compiled module")
+            if g.skip:
+                raise NoRecipe("module attributes the program assigns (read as inputs)")
+            names = None if g.names is None else sorted(g.names)
+            out.append({"kind": "structure", "path": g.path, "names": names, "fingerprint": portable_structure(g)})
+        elif type(g) is ClassGuard:
+            classes = [describe(c, Context()) for c in g.classes]
+            if any(r[0] != "object" for r in classes):
+                raise NoRecipe(f"a class of {g.path} without a module and qualname")
+            out.append({"kind": "classes", "path": g.path, "classes": classes})
+        else:
+            raise NoRecipe(f"a {type(g).__name__} (config objects read outside the module)")
+    return out
+
+
+def rebuild_guards(descriptions: list[dict], ctx: Context) -> None:
+    """Build each guard anew in this process (into `ctx.guards`), checking it against the saved fingerprint."""
+    for d in descriptions:
+        if d["kind"] == "structure":
+            if ctx.module is None or d["path"] != "self":
+                raise Rejected("a structure guard needs the compiled module")
+            g = StructureGuard(ctx.module, d["path"])
+            if d["names"] is not None:
+                g.restrict(frozenset(d["names"]))
+            found = portable_structure(g)
+            if found != d["fingerprint"]:
+                raise Rejected(f"the module structure differs: {_first_difference(d['fingerprint'], found)}")
+        elif d["kind"] == "classes":
+            g = ClassGuard([resolve(r, ctx) for r in d["classes"]], d["path"])
+        else:
+            raise Rejected(f"unknown guard kind {d['kind']!r}")
+        ctx.guards.append(g)
+
+
+def _first_difference(saved: list, found: list) -> str:
+    a, b = dict((k, v) for k, v in saved), dict((k, v) for k, v in found)
+    for k in list(a) + [k for k in b if k not in a]:
+        if a.get(k) != b.get(k):
+            return f"{k}: saved {a.get(k)!r}, found {b.get(k)!r}"
+    return "(order)"
+
+
+def portable_structure(g: StructureGuard) -> list:
+    """The structure guard's fingerprint with every id replaced by what it stands for (NoRecipe: hooks)."""
+    objects: dict[int, Any] = {id(o): o for o in g.keep}
+    for m in g.root.modules():
+        objects[id(m)] = m
+        objects[id(type(m))] = type(m)
+    out, classes = [], {}
+    for k, v in sorted(g.expected.items(), key=lambda kv: kv[0]):
+        if k.endswith(": tables"):
+            continue  # the prologue's tables are found again by path
+        if k.endswith(": class"):
+            cls = objects[v[1]]
+            v = keys.qualified(cls)
+            if v not in classes:
+                classes[v] = keys.class_fingerprint(cls)
+        elif k.endswith(": submodules"):
+            v = [name for name, _ in v]
+        elif ": _" in k:
+            if v:
+                raise NoRecipe(f"hooks ({k})")
+            v = []
+        else:
+            v = _portable(v, objects)
+        out.append([k, v])
+    out.append(["classes", sorted(classes.items())])
+    return json.loads(json.dumps(out))
+
+
+def _portable(v: Any, objects: dict[int, Any]) -> Any:
+    if isinstance(v, tuple):
+        if len(v) == 2 and v[0] == "id" and type(v[1]) is int:
+            obj = objects.get(v[1])
+            if obj is None:
+                raise NoRecipe("an object in the module structure that the guard does not hold")
+            return ["config", keys.class_fingerprint(type(obj))] if is_config_object(obj) else keys.fingerprint(obj)
+        return [_portable(x, objects) for x in v]
+    if isinstance(v, type):
+        return keys.class_fingerprint(v)
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    raise NoRecipe(f"a {type(v).__name__} in the module structure")

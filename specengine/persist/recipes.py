@@ -1,0 +1,287 @@
+"""Recipes: how a prologue global is found again in another process. No live object is written to disk.
+
+A recipe is JSON: a value with a type tag, a module, an object named by (module, qualname) plus a content
+fingerprint checked at load, an engine sentinel, the compiled module (`self`) or one of its tables, the compiled
+function's globals or closure, an imported module's `__dict__`, or a part of a guard rebuilt in this process
+(`guards.py`). A value with no recipe raises `NoRecipe`: the entry is then not saved (never saved without it).
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specengine.persist import keys
+from specengine.persist.signing import Rejected
+from specengine.prologue import structure
+
+_ALLOWED = ("torch", "math", "operator", "builtins", "specengine", "collections", "functools", "typing", "_operator")
+_TORCH_ENUMS = (torch.dtype, torch.layout, torch.memory_format)
+
+
+class NoRecipe(Exception):
+    """A value the disk cache cannot find again in another process (the message says which)."""
+
+
+@dataclass
+class Context:
+    """What recipes are relative to: the compiled module, the compiled function's globals and closure, and the
+    guards rebuilt (at load) or present (at save) in this process."""
+
+    module: Any = None
+    fn_globals: dict | None = None
+    fn_closure: tuple | None = None
+    guards: list = field(default_factory=list)
+
+
+def context(fn: Any, module: Any) -> Context:
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    func = getattr(target, "__func__", target)
+    return Context(module, getattr(func, "__globals__", None), getattr(func, "__closure__", None))
+
+
+# ---- values with a type tag --------------------------------------------------------------------------------------
+
+
+def encode_value(v: Any) -> Any:
+    """A typed JSON form of a value with value semantics (NoRecipe for anything else)."""
+    t = type(v)
+    if v is None or t in (bool, int, str):
+        return {"t": t.__name__, "v": v}
+    if t is float:
+        return {"t": "float", "v": v.hex()}
+    if t is complex:
+        return {"t": "complex", "v": [v.real.hex(), v.imag.hex()]}
+    if t is bytes:
+        return {"t": "bytes", "v": v.hex()}
+    if t in (tuple, list, frozenset, set) or t is torch.Size:
+        items = [encode_value(x) for x in v]
+        return {"t": "size" if t is torch.Size else t.__name__, "v": items}
+    if t is torch.device:
+        return {"t": "device", "v": str(v)}
+    if t is slice:
+        return {"t": "slice", "v": [encode_value(v.start), encode_value(v.stop), encode_value(v.step)]}
+    if v is Ellipsis:
+        return {"t": "ellipsis"}
+    if isinstance(v, _TORCH_ENUMS):
+        name = str(v).removeprefix("torch.")
+        if getattr(torch, name, None) is not v:
+            raise NoRecipe(f"{v!r} is not torch.{name}")
+        return {"t": "torch", "v": name}
+    raise NoRecipe(f"a {t.__name__} value")
+
+
+_SIMPLE = {"NoneType": lambda v: None, "bool": bool, "int": int, "str": str, "float": float.fromhex}
+
+
+def decode_value(d: Any) -> Any:
+    t = d["t"]
+    if t in ("NoneType", "bool", "int", "str"):
+        v = d["v"]
+        if type(v) is not {"NoneType": type(None), "bool": bool, "int": int, "str": str}[t]:
+            raise Rejected(f"a {t} value holds {type(v).__name__}")
+        return v
+    if t == "float":
+        return float.fromhex(d["v"])
+    if t == "complex":
+        return complex(float.fromhex(d["v"][0]), float.fromhex(d["v"][1]))
+    if t == "bytes":
+        return bytes.fromhex(d["v"])
+    if t in ("tuple", "list", "frozenset", "set", "size"):
+        items = [decode_value(x) for x in d["v"]]
+        return {"tuple": tuple, "list": list, "frozenset": frozenset, "set": set, "size": torch.Size}[t](items)
+    if t == "device":
+        return torch.device(d["v"])
+    if t == "slice":
+        return slice(*(decode_value(x) for x in d["v"]))
+    if t == "ellipsis":
+        return Ellipsis
+    if t == "torch":
+        v = getattr(torch, d["v"], None)
+        if not isinstance(v, _TORCH_ENUMS):
+            raise Rejected(f"torch.{d['v']} is not a dtype, layout or memory format")
+        return v
+    raise Rejected(f"unknown value tag {t!r}")
+
+
+# ---- objects by name ---------------------------------------------------------------------------------------------
+
+
+def _owner_module(v: Any) -> str | None:
+    mod = getattr(v, "__module__", None)
+    if mod is None and hasattr(v, "__objclass__"):  # a method descriptor (torch.Tensor.view)
+        mod = getattr(v.__objclass__, "__module__", None)
+    return mod if isinstance(mod, str) else None
+
+
+def _lookup(module: str, qualname: str) -> Any:
+    obj: Any = sys.modules.get(module)  # never imports: the module must already be loaded
+    if obj is None:
+        raise LookupError(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _named(v: Any) -> list | None:
+    """`["object", module, qualname, fingerprint]` when (module, qualname) finds `v` itself."""
+    mod, qual = _owner_module(v), getattr(v, "__qualname__", None)
+    if not (mod and isinstance(qual, str)) or "<locals>" in qual or "<lambda>" in qual:
+        return None
+    try:
+        found = _lookup(mod, qual)
+    except (LookupError, AttributeError):
+        found = None
+    if found is not v and hasattr(v, "__objclass__"):  # TensorBase.view through torch._C
+        return None
+    return ["object", mod, qual, keys.fingerprint(v)] if found is v else None
+
+
+def _engine_sentinel(v: Any) -> list | None:
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("specengine.") and mod is not None:
+            for k, x in vars(mod).items():
+                if x is v and not k.startswith("__"):
+                    return ["engine", name, k]
+    return None
+
+
+def _table(ctx: Context, v: Any) -> list | None:
+    if ctx.module is None or not isinstance(v, dict):
+        return None
+    for qual, m in ctx.module.named_modules(remove_duplicate=False):
+        for kind in ("__dict__", "_parameters", "_buffers"):
+            if (vars(m) if kind == "__dict__" else m.__dict__.get(kind)) is v:
+                return ["table", qual, kind]
+    return None
+
+
+def describe(v: Any, ctx: Context) -> list:
+    """The recipe of a prologue global (NoRecipe where there is none)."""
+    for i, g in enumerate(ctx.guards):
+        part = _guard_part(g, v)
+        if part is not None:
+            return ["guard", i, *part]
+    if v is structure.EPOCH:
+        return ["epoch"]
+    if ctx.module is not None and v is ctx.module:
+        return ["self"]
+    if v is not None and v is ctx.fn_globals:
+        return ["fn_globals"]
+    if v is not None and v is ctx.fn_closure:
+        return ["fn_closure"]
+    table = _table(ctx, v)
+    if table is not None:
+        return table
+    if isinstance(v, types.ModuleType):
+        if v.__name__.split(".")[0] not in _ALLOWED:
+            raise NoRecipe(f"module {v.__name__}")
+        return ["module", v.__name__]
+    if isinstance(v, dict) and isinstance(v.get("__name__"), str):
+        mod = sys.modules.get(v["__name__"])
+        if mod is not None and vars(mod) is v:
+            return ["moddict", v["__name__"]]
+    if isinstance(v, tuple) and v and all(isinstance(c, types.CellType) for c in v):
+        return _closure_of(v)
+    try:
+        return ["value", encode_value(v)]
+    except NoRecipe:
+        pass
+    named = _named(v)
+    if named is not None:
+        return named
+    sentinel = _engine_sentinel(v)
+    if sentinel is not None:
+        return sentinel
+    raise NoRecipe(f"a {type(v).__name__} object ({_short(v)}) has no recipe")
+
+
+def _closure_of(cells: tuple) -> list:
+    """The closure of a named function (a helper the trace ran, a method using `super()`)."""
+    for f in gc.get_referrers(cells):
+        if isinstance(f, types.FunctionType) and f.__closure__ is cells:
+            named = _named(f)
+            if named is not None:
+                return ["closure", *named[1:]]
+    raise NoRecipe("the closure of a function without a module and qualname")
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) < 60 else text[:57] + "..."
+
+
+def _guard_part(g: Any, v: Any) -> list | None:
+    if v is g:
+        return ["self"]
+    if v is getattr(g, "seen", None):
+        return ["seen"]
+    stamp = getattr(g, "stamp", None)
+    if stamp is not None and isinstance(v, types.MethodType) and v.__self__ is stamp and v.__name__ == "fresh":
+        return ["stamp"]
+    for k, r in enumerate(getattr(g, "readers", ())):
+        if v is r:
+            return ["reader", k]
+    return None
+
+
+def resolve(r: list, ctx: Context) -> Any:
+    """The object a recipe names in this process (Rejected where it cannot be found or its content changed)."""
+    kind = r[0]
+    try:
+        if kind == "guard":
+            g = ctx.guards[r[1]]
+            part = r[2]
+            if part == "self":
+                return g
+            if part == "seen":
+                return g.seen
+            if part == "stamp":
+                return g.stamp.fresh
+            if part == "reader":
+                return g.readers[r[3]]
+        elif kind == "epoch":
+            return structure.EPOCH
+        elif kind == "self":
+            if ctx.module is None:
+                raise Rejected("the entry needs a module")
+            return ctx.module
+        elif kind == "fn_globals":
+            return ctx.fn_globals
+        elif kind == "fn_closure":
+            return ctx.fn_closure
+        elif kind == "table":
+            m = ctx.module.get_submodule(r[1])
+            return vars(m) if r[2] == "__dict__" else m.__dict__[r[2]]
+        elif kind == "module":
+            if r[1].split(".")[0] not in _ALLOWED or r[1] not in sys.modules:
+                raise Rejected(f"module {r[1]} is not an imported allowed module")
+            return sys.modules[r[1]]
+        elif kind == "moddict":
+            return vars(sys.modules[r[1]])
+        elif kind == "value":
+            return decode_value(r[1])
+        elif kind == "object":
+            v = _lookup(r[1], r[2])
+            if keys.fingerprint(v) != r[3]:
+                raise Rejected(f"{r[1]}.{r[2]} changed since the entry was saved")
+            return v
+        elif kind == "closure":
+            fn = _lookup(r[1], r[2])
+            if keys.fingerprint(fn) != r[3]:
+                raise Rejected(f"{r[1]}.{r[2]} changed since the entry was saved")
+            return fn.__closure__
+        elif kind == "engine":
+            if not r[1].startswith("specengine."):
+                raise Rejected(f"{r[1]} is not an engine module")
+            return vars(sys.modules[r[1]])[r[2]]
+    except Rejected:
+        raise
+    except (LookupError, AttributeError, TypeError, ValueError) as e:
+        raise Rejected(f"recipe {r[:3]} not found: {type(e).__name__}: {e}") from None
+    raise Rejected(f"unknown recipe {kind!r}")

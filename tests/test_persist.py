@@ -1,0 +1,189 @@
+"""The disk cache in one process (issue 23): settings, the signed format, the file-system safety layer, keys that
+leave out paths and line numbers, reloading into a fresh compiled function, explain. Across processes:
+tests/test_persist_processes.py."""
+
+from __future__ import annotations
+
+import os
+import stat
+import types
+import warnings
+
+import pytest
+import torch
+
+import specengine
+from specengine.persist import keys, signing, store
+
+SCALE = 1.5
+
+
+def scaled(x, n):
+    return torch.cos(x) * n + SCALE
+
+
+@pytest.fixture
+def disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    monkeypatch.delenv("SPECENGINE_CACHE_KEY", raising=False)
+    monkeypatch.setattr(specengine.config, "cache_dir", str(tmp_path / "cache"))
+    monkeypatch.setattr(specengine.config, "cache_key", None)
+    return tmp_path
+
+
+def _files(tmp_path) -> list:
+    return sorted((tmp_path / "cache").rglob("*.se")) if (tmp_path / "cache").exists() else []
+
+
+def test_off_by_default_and_per_function_opt_out(disk, monkeypatch):
+    monkeypatch.delenv("SPECENGINE_CACHE_DIR", raising=False)
+    assert specengine.config.__class__().cache_dir is None  # unset: no disk cache
+    c = specengine.compile(scaled, cache=False)
+    c(torch.ones(3), 2)
+    assert not _files(disk) and specengine.cache_entries(c)[0].stats["origin"] == "trace"
+    monkeypatch.setattr(specengine.config, "cache_dir", None)
+    c = specengine.compile(scaled)
+    c(torch.ones(3), 2)
+    assert not _files(disk)
+
+
+def test_a_fresh_compiled_function_loads_entries_and_serves_sizes_0_1_2(disk):
+    sizes = (0, 1, 2, 5)
+    first = specengine.compile(scaled, dynamic=True)
+    for n in sizes:
+        first(torch.ones(n), 3)
+    assert _files(disk), "nothing saved"
+    second = specengine.compile(scaled, dynamic=True)
+    for n in sizes:
+        x = torch.randn(n)
+        torch.testing.assert_close(second(x, 3), scaled(x, 3), rtol=0, atol=0)
+    assert specengine.cache_misses(second) == 0
+    assert specengine.cache_hits(second) == len(sizes)
+    assert {e.stats["origin"] for e in specengine.cache_entries(second)} == {"disk"}
+    assert "loaded from" in specengine.explain(second)
+    torch.testing.assert_close(second(torch.ones(2), 4), scaled(torch.ones(2), 4))  # a new int: symbolic
+    assert specengine.cache_misses(second) == 0
+    torch.testing.assert_close(second(torch.ones(2, 2), 4), scaled(torch.ones(2, 2), 4))  # another rank: a trace
+    assert specengine.cache_misses(second) == 1
+
+
+def test_files_and_directories_are_private(disk):
+    specengine.compile(scaled)(torch.ones(2), 2)
+    (entry,) = _files(disk)
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o600
+    assert stat.S_IMODE(entry.parent.stat().st_mode) == 0o700
+    key = disk / "cfg" / "specengine" / "cache.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert not str(key).startswith(str(disk / "cache")), "the key must live outside the cache directory"
+
+
+def test_a_key_file_others_can_read_disables_the_disk_cache(disk):
+    specengine.compile(scaled)(torch.ones(2), 2)
+    os.chmod(disk / "cfg" / "specengine" / "cache.key", 0o644)
+    with pytest.warns(RuntimeWarning, match="mode 644"):
+        c = specengine.compile(scaled)
+        c(torch.ones(2), 2)
+    assert specengine.cache_misses(c) == 1
+
+
+def test_the_key_from_the_environment_signs_entries(disk, monkeypatch):
+    monkeypatch.setenv("SPECENGINE_CACHE_KEY", "ab" * 32)
+    specengine.compile(scaled)(torch.ones(2), 2)
+    (entry,) = _files(disk)
+    data = entry.read_bytes()
+    assert signing.decode(data, "entry", bytes.fromhex("ab" * 32))["prologue"]["name"] == "scaled"
+    with pytest.raises(signing.Rejected, match="bad signature"):
+        signing.decode(data, "entry", bytes.fromhex("cd" * 32))
+    monkeypatch.setenv("SPECENGINE_CACHE_KEY", "not hex")
+    with pytest.warns(RuntimeWarning, match="not hex"):
+        c = specengine.compile(scaled)
+        c(torch.ones(2), 2)
+    assert specengine.cache_misses(c) == 1
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "kind", "length"])
+def test_the_signed_format_rejects_damage(damage):
+    key = b"k" * 32
+    data = signing.encode("entry", {"a": [1, 2.5, "x"]}, key)
+    assert signing.decode(data, "entry", key) == {"a": [1, 2.5, "x"]}
+    if damage == "truncate":
+        bad = data[:-10]
+    elif damage == "flip":
+        bad = data[:40] + bytes([data[40] ^ 1]) + data[41:]
+    elif damage == "kind":
+        bad = data
+        with pytest.raises(signing.Rejected):
+            signing.decode(bad, "bundle", key)
+        return
+    else:
+        bad = data.replace(b'"length":', b'"length":1', 1)
+    with pytest.raises(signing.Rejected):
+        signing.decode(bad, "entry", key)
+
+
+def test_reads_refuse_links_foreign_modes_and_non_files(tmp_path):
+    good = tmp_path / "good.se"
+    store.write_atomic(str(tmp_path), "good.se", b"data")
+    assert signing.read_private(str(good)) == b"data"
+    (tmp_path / "link.se").symlink_to(good)
+    with pytest.raises(signing.Rejected):
+        signing.read_private(str(tmp_path / "link.se"))
+    os.chmod(good, 0o620)
+    with pytest.raises(signing.Rejected, match="mode 620"):
+        signing.read_private(str(good))
+    os.chmod(tmp_path, 0o777)
+    with pytest.raises(store.UnsafeDirectory, match="writable by others"):
+        store.check_private_dir(str(tmp_path))
+    os.chmod(tmp_path, 0o700)
+
+
+def test_eviction_drops_the_least_recently_used_files_first(tmp_path):
+    layout = store.root(str(tmp_path))
+    folder = store.private_dir(os.path.join(layout, "p"))
+    for i in range(5):
+        path = store.write_atomic(folder, f"e{i}.se", b"x" * 100)
+        os.utime(path, (1000 + i, 1000 + i))
+    store.touch(os.path.join(folder, "e0.se"))  # used just now
+    assert store.evict(layout, 350, 100) == 3
+    assert sorted(os.listdir(folder)) == ["e0.se", "e4.se"]
+
+
+def test_code_hashes_leave_out_paths_and_line_numbers():
+    src = "def g(x, k=2):\n    y = x + 1\n    return y * k\n"
+    here, there = {}, {}
+    exec(compile(src, "/home/a/prog.py", "exec"), here)
+    exec(compile("\n\n\n" + src, "/opt/b/other.py", "exec"), there)
+    assert keys.code_hash(here["g"].__code__) == keys.code_hash(there["g"].__code__)
+    assert keys.fingerprint(here["g"]) == keys.fingerprint(there["g"])
+    changed = {}
+    exec(compile(src.replace("+ 1", "+ 2"), "/home/a/prog.py", "exec"), changed)
+    assert keys.code_hash(changed["g"].__code__) != keys.code_hash(here["g"].__code__)
+    defaults = types.FunctionType(here["g"].__code__, here, "g", (3,))
+    assert keys.fingerprint(defaults) != keys.fingerprint(here["g"])
+
+
+class _Settings:
+    def __init__(self):
+        self.factor = 2.0
+
+
+SETTINGS = _Settings()
+
+
+def reads_an_object(x):
+    return x * SETTINGS.factor
+
+
+def test_entries_without_a_recipe_are_used_but_not_saved_and_explain_says_why(disk):
+    c = specengine.compile(reads_an_object)
+    torch.testing.assert_close(c(torch.ones(2)), torch.ones(2) * 2)
+    assert not _files(disk)
+    (entry,) = specengine.cache_entries(c)
+    assert "not saved:" in specengine.explain(c) and entry.stats["not_saved"]
+    net = torch.nn.Linear(2, 2)
+    net.register_forward_hook(lambda m, i, o: o * 2)
+    cn = specengine.compile(net)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cn(torch.ones(1, 2))
+    assert "hooks" in specengine.cache_entries(cn)[0].stats["not_saved"]
