@@ -13,6 +13,7 @@ from torch.utils import _pytree as pytree
 from specengine.capture import (
     compiling,
     coverage,
+    distributed,
     effects,
     module_reads,
     mutations,
@@ -140,6 +141,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     args, kwargs = _call_args(specs.signature, values)
     target = unwrap(callable_target(fn))[0]  # the function under partials and bound methods
     _check_function(target)
+    distributed.refuse_managed(fn, specs.modules)  # before any hook of theirs runs on proxies
     state.outside_roots = effects.captured_values(target) + module_reads.roots(target)  # where outside tensors are
     modules = [m for _, _, m in specs.modules]
     inputs = _attribute_inputs(modules, specs.promoted)

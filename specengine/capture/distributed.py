@@ -1,0 +1,118 @@
+"""torch.distributed's machinery is called, never traced.
+
+DDP's forward (buffer broadcast, reducer bookkeeping, `no_sync`), the forward hooks of FSDP2 (`fully_shard`: all-gather,
+reshard, reduce-scatter), of `replicate` and of the composable `checkpoint`, and the collectives are Python with side
+effects on other ranks. A trace that recorded them would skip them on a cached call, or bake one rank's decision into
+an entry. So:
+
+- `specengine.compile` runs such a module's own call eagerly and compiles the module inside (`compiled_module.py`);
+- a compile whose function would call a module managed by torch.distributed (a submodule sharded by `fully_shard`,
+  a DDP) is refused before anything runs (`refuse_managed`), naming the module: its hooks would touch FSDP state with
+  proxies;
+- any other torch.distributed code that user code calls while tracing (`dist.all_reduce(t)`, a functional
+  collective, `dist.barrier()`) is refused where it is called (`coverage.py` calls `refuse_call`), except the queries
+  of the process group (`get_rank()`, `get_world_size()`, ...), whose answers are fixed for the process.
+
+A collective refused here never ran: the refusal is raised as its frame starts.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any, Callable
+
+import torch
+
+from specengine.errors import SpecEngineError, UnsupportedOpError
+from specengine.provenance import _is_internal
+
+_TORCH = torch.__file__.rsplit("/", 1)[0]
+_DIRS = (_TORCH + "/distributed/", _TORCH + "/nn/parallel/distributed.py")
+QUERIES = frozenset({"get_rank", "get_world_size", "is_initialized", "is_available", "get_backend",
+                     "get_process_group_ranks", "get_global_rank", "get_group_rank", "is_torchelastic_launched",
+                     "get_node_local_rank", "is_nccl_available", "is_gloo_available", "is_mpi_available"})  # fmt: skip
+
+
+def distributed_code(code: Any) -> bool:
+    """Whether a code object is torch.distributed's (DDP's forward, FSDP2's and replicate's hooks, collectives)."""
+    return getattr(code, "co_filename", "").startswith(_DIRS)
+
+
+def _code_of(fn: Any) -> Any:
+    for _ in range(16):
+        if isinstance(fn, types.MethodType):
+            fn = fn.__func__
+        elif hasattr(fn, "__wrapped__"):
+            fn = fn.__wrapped__
+        else:
+            break
+    return getattr(fn, "__code__", None)
+
+
+def distributed_hooks(module: torch.nn.Module) -> bool:
+    """Whether torch.distributed registered forward hooks on `module` (fully_shard, replicate, composable checkpoint)."""
+    hooks = list(module._forward_pre_hooks.values()) + list(module._forward_hooks.values())
+    return any(distributed_code(_code_of(h)) for h in hooks)
+
+
+def data_parallel(module: Any) -> bool:
+    """Whether `module` is a DistributedDataParallel (whose forward is torch.distributed's code)."""
+    ddp = getattr(sys.modules.get("torch.nn.parallel"), "DistributedDataParallel", None)
+    return ddp is not None and isinstance(module, ddp)
+
+
+def managed(module: torch.nn.Module) -> str | None:
+    """What torch.distributed does on a call of `module`, or None: DDP's forward, or forward hooks."""
+    if data_parallel(module) or distributed_code(_code_of(type(module).forward)):
+        return f"{type(module).__name__}'s forward is torch.distributed's"
+    if distributed_hooks(module):
+        return "torch.distributed registered forward hooks on it (fully_shard, replicate or checkpoint)"
+    return None
+
+
+def refuse_managed(fn: Callable, modules: list) -> None:
+    """Refuse a compile whose function would call a module that torch.distributed manages, before it runs: its
+    hooks would run on proxies and touch FSDP state. `modules` are the module roots of the inputs; the bound
+    `self` of a compiled `forward` runs its own hooks eagerly, outside the trace."""
+    bound_self = getattr(fn, "__self__", None) if isinstance(fn, types.MethodType) else None
+    for root_path, _, root in modules:
+        for qual, sub in root.named_modules():
+            why = None if sub is bound_self else managed(sub)
+            if why is not None:
+                path = f"{root_path}.{qual}" if qual else root_path
+                raise SpecEngineError(
+                    f"specengine cannot compile a call of {path} ({type(sub).__name__}): {why}, and that code must run "
+                    "eagerly on every call, which a trace through it would not do (issue 24: calls of such modules "
+                    "are not yet opaque calls of a trace). Compile the modules inside instead: "
+                    "`blk.forward = specengine.compile(blk.forward)` (or `specengine.compile(blk)`) before "
+                    "`fully_shard(blk)`, or `specengine.compile(model)` before wrapping it in DDP."
+                )
+
+
+def refuse_call(frame: types.FrameType) -> None:
+    """Called as a torch.distributed frame starts while tracing: refuse it where user code called it (through
+    torch's own frames, such as `Module.__call__` running hooks), unless it is a query of the process group. A
+    frame that torch.distributed, an import or specengine itself called runs."""
+    code, back = frame.f_code, frame.f_back
+    if code.co_name in QUERIES or code.co_name == "<module>" or (back is not None and distributed_code(back.f_code)):
+        return
+    while back is not None and back.f_code.co_filename.startswith(_TORCH) and back.f_code.co_name != "<module>":
+        back = back.f_back
+    caller = "<frozen" if back is None else back.f_code.co_filename
+    if caller.startswith("<frozen") or back.f_code.co_name == "<module>" or _is_internal(caller):
+        return
+    raise UnsupportedOpError(_called(frame), f"{back.f_code.co_filename}:{back.f_lineno}",
+                             "torch.distributed code (a collective, DDP or FSDP machinery) is not traced: call it "
+                             "outside the compiled function, or compile the module that the distributed wrapper "
+                             "holds")  # fmt: skip
+
+
+def _called(frame: types.FrameType) -> str:
+    """The function a frame runs, named as the user called it (through a decorator: the function it wraps)."""
+    code = frame.f_code
+    for name in code.co_freevars:
+        fn = frame.f_locals.get(name)
+        if isinstance(fn, types.FunctionType) and distributed_code(fn.__code__):
+            return f"{fn.__module__}.{fn.__qualname__}"
+    return f"{frame.f_globals.get('__name__', 'torch.distributed')}.{getattr(code, 'co_qualname', code.co_name)}"

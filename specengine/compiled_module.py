@@ -1,0 +1,136 @@
+"""`CompiledModule`: what `specengine.compile(module)` returns, an nn.Module that stands for the module it compiles.
+
+It shares the original's parameter, buffer and submodule tables (the same dict objects), without registering the
+original as a child: `parameters()`, `named_parameters()`, `buffers()`, `state_dict()` and `load_state_dict()` give
+and take the original's keys (no `_orig_mod.` prefix), `.to()`, `train()`/`eval()` and `zero_grad()` act on the
+original, attributes it does not have itself are the original's, and a wrapper such as
+`DistributedDataParallel(specengine.compile(model))` or `fully_shard(specengine.compile(model))` sees the
+original's parameters (FSDP2's swaps of sharded and unsharded parameters land in the shared tables). Hooks
+registered on the CompiledModule run eagerly around the compiled call; the original's own hooks are traced.
+
+Two forms run an outer call eagerly and compile only a module's `forward`:
+
+- `specengine.compile(DistributedDataParallel(model))` compiles `model.forward`; DDP's own forward (buffer
+  broadcast, reducer bookkeeping, `no_sync()`, `join()`) runs eagerly on every call;
+- a module whose forward hooks are torch.distributed's (`replicate(model)`, `fully_shard(model)`, the composable
+  `checkpoint(model)`) keeps those hooks eager and compiles its `forward`.
+
+During such a call the compiled function is the inner module's `forward` (an instance attribute, set for the call
+and removed after it), so the eager code calls it as `model.forward = specengine.compile(model.forward)` would.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from specengine.capture.distributed import data_parallel, distributed_hooks, refuse_managed
+from specengine.prologue.structure import watch
+
+_OWN = ("_orig_module", "_compiled", "_inner")
+
+
+class CompiledModule(torch.nn.Module):
+    """A module compiled by `specengine.compile`: calling it runs the compiled forward (see the module docstring)."""
+
+    _specengine_compiled = True  # (prologue/state.py: a compiled module called while another function traces)
+
+    def __init__(self, module: torch.nn.Module, compiled: Callable, inner: torch.nn.Module | None = None):
+        super().__init__()
+        watch(module)  # its tables become the watched dicts compiles read, once and for all, before they are shared
+        own = self.__dict__
+        for table in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
+            own[table] = module.__dict__[table]  # the same dicts: one state, the original's keys
+        own["training"] = module.training
+        own["_orig_module"] = module  # not a child: no key prefix
+        own["_compiled"] = compiled  # a CompiledFunction
+        own["_inner"] = inner  # the module whose forward `compiled` is, while the original's call runs eagerly
+
+    @property
+    def compiled_target(self) -> Callable:
+        """The module this compiles (what runs while another compiled function traces it)."""
+        return self._compiled.compiled_target if self._inner is None else self._inner
+
+    @property
+    def compiled_function(self) -> Any:
+        """The `CompiledFunction` holding the entries (`specengine.cache_hits` and the others read it)."""
+        return self._compiled
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._compiled._entries:  # a compile is coming: refuse it before any hook touches distributed state
+            _refuse(self._compiled.compiled_target)
+        return super().__call__(*args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        inner = self._inner
+        if inner is None:
+            return self._compiled(*args, **kwargs)
+        d = inner.__dict__
+        had, old = "forward" in d, d.get("forward")
+        d["forward"] = self._compiled
+        try:
+            return self._orig_module(*args, **kwargs)
+        finally:
+            if had:
+                d["forward"] = old
+            else:
+                d.pop("forward", None)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name in _OWN or "_orig_module" not in self.__dict__:
+                raise
+            return getattr(self.__dict__["_orig_module"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        orig = self.__dict__.get("_orig_module")
+        if orig is not None and name not in self.__dict__ and name in orig.__dict__:
+            setattr(orig, name, value)  # a plain attribute of the original (`model.steps = 0`)
+        else:
+            super().__setattr__(name, value)
+
+    def __dir__(self) -> list:
+        return sorted(set(super().__dir__()) | set(dir(self._orig_module)))
+
+    def train(self, mode: bool = True) -> CompiledModule:
+        self._orig_module.train(mode)
+        self.__dict__["training"] = mode
+        return self
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> CompiledModule:
+        self._orig_module._apply(fn, recurse)
+        return self
+
+    def _save_to_state_dict(self, destination: Any, prefix: str, keep_vars: bool) -> None:
+        self._orig_module._save_to_state_dict(destination, prefix, keep_vars)
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        self._orig_module._load_from_state_dict(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"CompiledModule({self._orig_module!r})"
+
+
+def compile_module(fn: Any, make: Callable[[Callable], Any]) -> Any:
+    """What `specengine.compile(fn)` returns: `make(target)` is the CompiledFunction of a target."""
+    if isinstance(fn, CompiledModule):
+        fn = fn._orig_module  # compiled again: with the new options, from the original
+    if not isinstance(fn, torch.nn.Module):
+        return make(fn)
+    if data_parallel(fn):
+        target, inner = fn.module.forward, fn.module
+    elif distributed_hooks(fn):
+        target, inner = fn.forward, fn
+    else:
+        target, inner = fn, None
+    _refuse(target)
+    return CompiledModule(fn, make(target), inner)
+
+
+def _refuse(target: Any) -> None:
+    """A module that torch.distributed manages inside the compiled one: refused (capture/distributed.py)."""
+    module = target if isinstance(target, torch.nn.Module) else target.__self__
+    refuse_managed(target, [("self", None, module)])
