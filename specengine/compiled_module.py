@@ -21,6 +21,7 @@ and removed after it), so the eager code calls it as `model.forward = specengine
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable
 
 import torch
@@ -109,6 +110,15 @@ class CompiledModule(torch.nn.Module):
 
     def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
         self._orig_module._load_from_state_dict(*args, **kwargs)
+
+    def __deepcopy__(self, memo: dict) -> CompiledModule:
+        """A copy of the original, compiled anew with the same options (no entries, no hooks of this module)."""
+        orig = copy.deepcopy(self._orig_module, memo)
+        inner = None if self._inner is None else memo.get(id(self._inner), self._inner)
+        target = orig if inner is None else inner.forward
+        copied = CompiledModule(orig, type(self._compiled)(target, self._compiled._options), inner)
+        memo[id(self)] = copied
+        return copied
 
     def __repr__(self) -> str:
         return f"CompiledModule({self._orig_module!r})"
