@@ -12,7 +12,9 @@ told of each Python frame that starts. It notes:
 - a user code object that names the builtin `type` (or an alias of it, or `builtins`) runs with a `type` of its own
   in its module's globals while the trace runs (`pytypes.traced_type`): `type(x)` of a proxy is what eager gives
   (`torch.Tensor`, `int`, ...);
-- the closure variables of user code that hold modules: `module_reads.py` follows their attributes.
+- the closure variables of user code that hold modules: `module_reads.py` follows their attributes;
+- a frame of torch.distributed's code that user code called (a collective, FSDP's hooks): refused as it starts,
+  before it runs (`distributed.py`).
 
 The tracer is paused inside `TraceState.record` (specengine's own work on an op, where no user code runs), which
 keeps its cost to a few percent of a compile.
