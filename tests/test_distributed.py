@@ -268,11 +268,41 @@ def _collective_scenarios(rank: int) -> dict[str, Callable[[], tuple[dict, list[
         dist.all_reduce(t)  # the refused collective never ran: the ranks are still in step
         return {"error": error, "sum": t.tolist(), "misses": specengine.cache_misses(cf)}, []
 
+    def functional_refused():
+        import torch.distributed._functional_collectives as fc
+
+        cf = specengine.compile(lambda x: fc.all_reduce(x, "sum", dist.group.WORLD) + 1, dynamic=True)
+        try:
+            cf(torch.ones(3))
+            return {"error": ""}, []
+        except specengine.SpecEngineError as e:
+            return {"error": f"{type(e).__name__}: {e}"}, []
+
+    def collective_op():  # a functional collective op: an op of the computation, run on every call
+        group = dist.group.WORLD.group_name
+        ops = torch.ops._c10d_functional
+
+        def f(x):
+            return ops.wait_tensor(ops.all_reduce(x * 2, "sum", group)) + 1
+
+        cf = specengine.compile(f, dynamic=True)
+        outs = [cf(torch.full((n,), float(rank + n))) for n in (3, 1, 2)]
+        return {"outs": outs}, _compiles(cf)
+
+    def collective_op_eager():
+        group = dist.group.WORLD.group_name
+        ops = torch.ops._c10d_functional
+        outs = [
+            ops.wait_tensor(ops.all_reduce(torch.full((n,), float(rank + n)) * 2, "sum", group)) + 1 for n in (3, 1, 2)
+        ]
+        return {"outs": outs}, [1]
+
     def rank_query():
         cf = specengine.compile(lambda x: x + dist.get_rank() + dist.get_world_size(), dynamic=True)
         return {"out": cf(torch.zeros(2)).tolist()}, [specengine.cache_misses(cf)]
 
-    return {"collective_refused": collective_refused, "rank_query": rank_query}
+    return {"collective_refused": collective_refused, "functional_refused": functional_refused,
+            "collective_op": collective_op, "collective_op_eager": collective_op_eager, "rank_query": rank_query}  # fmt: skip
 
 
 def worker(rank: int, directory: str) -> None:
@@ -399,6 +429,15 @@ def test_a_collective_in_a_compiled_function_is_refused_and_never_runs(ranks):
         assert res["out"]["error"].startswith("UnsupportedOpError"), res["out"]["error"]
         assert "all_reduce" in res["out"]["error"] and "test_distributed.py" in res["out"]["error"]
         assert res["out"]["sum"] == [1.0, 1.0] and res["out"]["misses"] == 0
+
+
+def test_a_python_functional_collective_is_refused(ranks):
+    for res in _result(ranks, "functional_refused"):
+        assert "_functional_collectives.all_reduce" in res["out"]["error"], res["out"]["error"]
+
+
+def test_a_functional_collective_op_runs_on_every_call(ranks):
+    _check(ranks, "collective_op", "collective_op_eager", [1])
 
 
 def test_rank_queries_are_constants(ranks):

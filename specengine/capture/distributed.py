@@ -9,9 +9,11 @@ an entry. So:
 - a compile whose function would call a module managed by torch.distributed (a submodule sharded by `fully_shard`,
   a DDP) is refused before anything runs (`refuse_managed`), naming the module: its hooks would touch FSDP state with
   proxies;
-- any other torch.distributed code that user code calls while tracing (`dist.all_reduce(t)`, a functional
-  collective, `dist.barrier()`) is refused where it is called (`coverage.py` calls `refuse_call`), except the queries
-  of the process group (`get_rank()`, `get_world_size()`, ...), whose answers are fixed for the process.
+- any other torch.distributed code that user code calls while tracing (`dist.all_reduce(t)`, the Python functional
+  collectives, `dist.barrier()`) is refused where it is called (`coverage.py` calls `refuse_call`), except the
+  queries of the process group (`get_rank()`, `get_world_size()`, `dist.group.WORLD`, ...), whose answers are fixed
+  for the process. The functional collective ops themselves (`torch.ops._c10d_functional.all_reduce`, `wait_tensor`)
+  are ops of the computation: they run on every call, in program order.
 
 A collective refused here never ran: the refusal is raised as its frame starts.
 """
@@ -31,7 +33,8 @@ _TORCH = torch.__file__.rsplit("/", 1)[0]
 _DIRS = (_TORCH + "/distributed/", _TORCH + "/nn/parallel/distributed.py")
 QUERIES = frozenset({"get_rank", "get_world_size", "is_initialized", "is_available", "get_backend",
                      "get_process_group_ranks", "get_global_rank", "get_group_rank", "is_torchelastic_launched",
-                     "get_node_local_rank", "is_nccl_available", "is_gloo_available", "is_mpi_available"})  # fmt: skip
+                     "get_node_local_rank", "is_nccl_available", "is_gloo_available", "is_mpi_available", "WORLD",
+                     "group_name"})  # fmt: skip
 
 
 def distributed_code(code: Any) -> bool:
