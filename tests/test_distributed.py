@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import pathlib
 import subprocess
 import sys
 import traceback
@@ -248,6 +249,22 @@ def _fsdp_scenarios(rank: int) -> dict[str, Callable[[], tuple[dict, list[int]]]
         F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
         return {"error": error, "same_params": same}, []
 
+    def fsdp_root_refused_at_call():  # compiled first, blocks sharded after: refused at the first call, before
+        model = _model()  # the root's FSDP hooks run
+        compiled = specengine.compile(model, dynamic=True)
+        for blk in model.h:
+            fully_shard(blk)
+        fully_shard(compiled)
+        before = {n: p for n, p in model.named_parameters()}
+        x, y = batches[0][0]
+        try:
+            compiled(x)
+            error = ""
+        except specengine.SpecEngineError as e:
+            error = f"{type(e).__name__}: {e}"
+        same = all(p is before[n] for n, p in model.named_parameters())
+        return {"error": error, "same_params": same, "misses": specengine.cache_misses(compiled)}, []
+
     return {k: v for k, v in locals().items() if callable(v) and k not in ("batches", "rank", "fully_shard")}
 
 
@@ -329,7 +346,8 @@ def worker(rank: int, directory: str) -> None:
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     directory = str(tmp_path_factory.mktemp("dist"))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
+    root = str(pathlib.Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *sys.path])}
     procs = [subprocess.Popen([sys.executable, __file__, str(r), directory], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT) for r in range(2)]  # fmt: skip
     logs = []
@@ -422,6 +440,13 @@ def test_sharded_blocks_in_a_compiled_root_are_refused_before_fsdp_runs(ranks):
         assert res["out"]["error"].startswith("SpecEngineError"), res["out"]["error"]
         assert "self.h.0 (FSDPBlock)" in res["out"]["error"]
         assert res["out"]["same_params"]
+
+
+def test_blocks_sharded_after_the_root_was_compiled_are_refused_at_its_first_call(ranks):
+    for res in _result(ranks, "fsdp_root_refused_at_call"):
+        assert res["out"]["error"].startswith("SpecEngineError"), res["out"]["error"]
+        assert "self.h.0 (FSDPBlock)" in res["out"]["error"]
+        assert res["out"]["same_params"] and res["out"]["misses"] == 0
 
 
 def test_a_collective_in_a_compiled_function_is_refused_and_never_runs(ranks):
