@@ -232,43 +232,43 @@ def _fsdp_scenarios(rank: int) -> dict[str, Callable[[], tuple[dict, list[int]]]
         fully_shard(model)
         return _train(model, model, batches, _fsdp_sync(model)), []
 
-    def fsdp_root_refused():  # sharded blocks inside a compiled root: refused before any hook runs
+    def compiled_sharded_root():  # sharded blocks inside a compiled root: opaque calls, their hooks eager
         model = _model()
         for blk in model.h:
             fully_shard(blk)
         fully_shard(model)
-        before = {n: p for n, p in model.named_parameters()}
-        try:
-            specengine.compile(model, dynamic=True)
-            error = ""
-        except specengine.SpecEngineError as e:
-            error = f"{type(e).__name__}: {e}"
-        same = all(p is before[n] for n, p in model.named_parameters())
-        x, y = batches[0][0]
-        out = model(x)  # eager FSDP still works: no state was touched
-        F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
-        return {"error": error, "same_params": same}, []
+        compiled = specengine.compile(model, dynamic=True)
+        return _train(compiled, model, batches, _fsdp_sync(model)), _compiles(compiled)
 
-    def fsdp_root_refused_at_call():  # compiled first, blocks sharded after: refused at the first call, before
-        model = _model()  # the root's FSDP hooks run
+    def sharded_after_compile():  # compiled first, then the blocks and the CompiledModule sharded
+        model = _model()
         compiled = specengine.compile(model, dynamic=True)
         for blk in model.h:
             fully_shard(blk)
         fully_shard(compiled)
-        before = {n: p for n, p in model.named_parameters()}
-        x, y = batches[0][0]
-        try:
-            compiled(x)
-            error = ""
-        except specengine.SpecEngineError as e:
-            error = f"{type(e).__name__}: {e}"
-        same = all(p is before[n] for n, p in model.named_parameters())
-        return {"error": error, "same_params": same, "misses": specengine.cache_misses(compiled)}, []
+        return _train(compiled, model, batches, _fsdp_sync(compiled)), _compiles(compiled)
+
+    def compiled_sharded_root_checkpointed():
+        model = _model(checkpointed=True)
+        for blk in model.h:
+            fully_shard(blk)
+        fully_shard(model)
+        compiled = specengine.compile(model, dynamic=True)
+        return _train(compiled, model, batches, _fsdp_sync(model)), _compiles(compiled)
 
     return {k: v for k, v in locals().items() if callable(v) and k not in ("batches", "rank", "fully_shard")}
 
 
 def _collective_scenarios(rank: int) -> dict[str, Callable[[], tuple[dict, list[int]]]]:
+    def ddp_inside_refused():  # a DDP called by a compiled function: refused before DDP's forward runs
+        ddp = _ddp(_model())
+        cf = specengine.compile(lambda x: ddp(x) * 2, dynamic=True)
+        try:
+            cf(torch.zeros(2, 3, dtype=torch.long))
+            return {"error": ""}, []
+        except specengine.SpecEngineError as e:
+            return {"error": f"{type(e).__name__}: {e}"}, []
+
     def collective_refused():
         def f(x):
             y = x * 2
@@ -318,7 +318,7 @@ def _collective_scenarios(rank: int) -> dict[str, Callable[[], tuple[dict, list[
         cf = specengine.compile(lambda x: x + dist.get_rank() + dist.get_world_size(), dynamic=True)
         return {"out": cf(torch.zeros(2)).tolist()}, [specengine.cache_misses(cf)]
 
-    return {"collective_refused": collective_refused, "functional_refused": functional_refused,
+    return {"ddp_inside_refused": ddp_inside_refused, "collective_refused": collective_refused, "functional_refused": functional_refused,
             "collective_op": collective_op, "collective_op_eager": collective_op_eager, "rank_query": rank_query}  # fmt: skip
 
 
@@ -435,18 +435,23 @@ def test_activation_checkpointing_in_fsdp2(ranks):
     _check(ranks, "fsdp_checkpointed", "fsdp_checkpointed_eager", [1, 1])
 
 
-def test_sharded_blocks_in_a_compiled_root_are_refused_before_fsdp_runs(ranks):
-    for res in _result(ranks, "fsdp_root_refused"):
-        assert res["out"]["error"].startswith("SpecEngineError"), res["out"]["error"]
-        assert "self.h.0 (FSDPBlock)" in res["out"]["error"]
-        assert res["out"]["same_params"]
+def test_compiled_root_with_sharded_blocks(ranks):
+    """The blocks FSDP2 manages are opaque calls of the root's trace: their hooks run eagerly on every call."""
+    _check(ranks, "compiled_sharded_root", "fsdp_eager", [1])
 
 
-def test_blocks_sharded_after_the_root_was_compiled_are_refused_at_its_first_call(ranks):
-    for res in _result(ranks, "fsdp_root_refused_at_call"):
+def test_blocks_sharded_after_the_root_was_compiled(ranks):
+    _check(ranks, "sharded_after_compile", "fsdp_eager", [1])
+
+
+def test_activation_checkpointing_around_sharded_blocks_in_a_compiled_root(ranks):
+    _check(ranks, "compiled_sharded_root_checkpointed", "fsdp_checkpointed_eager", [1])
+
+
+def test_a_ddp_called_by_a_compiled_function_is_refused_before_it_runs(ranks):
+    for res in _result(ranks, "ddp_inside_refused"):
         assert res["out"]["error"].startswith("SpecEngineError"), res["out"]["error"]
-        assert "self.h.0 (FSDPBlock)" in res["out"]["error"]
-        assert res["out"]["same_params"] and res["out"]["misses"] == 0
+        assert "(DistributedDataParallel)" in res["out"]["error"]
 
 
 def test_a_collective_in_a_compiled_function_is_refused_and_never_runs(ranks):

@@ -20,13 +20,22 @@ A collective refused here never ran: the refusal is raised as its frame starts.
 
 from __future__ import annotations
 
+import functools
+import re
 import sys
+import threading
 import types
-from typing import Any, Callable
+import weakref
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 
 from specengine.errors import SpecEngineError, UnsupportedOpError
+from specengine.ir import context
+from specengine.ir.proxies import Proxy, TensorProxy, unsupported
+from specengine.ir.symbol import Symbol, tree_leaves, tree_map
+from specengine.prologue.state import sharded
 from specengine.provenance import _is_internal
 
 _TORCH = torch.__file__.rsplit("/", 1)[0]
@@ -74,13 +83,18 @@ def managed(module: torch.nn.Module) -> str | None:
     return None
 
 
-def refuse_managed(fn: Callable, modules: list) -> None:
+def refuse_managed(fn: Callable, modules: list) -> list:
     """Refuse a compile whose function would call a module that torch.distributed manages, before it runs: its
-    hooks would run on proxies and touch FSDP state. `modules` are the module roots of the inputs; the bound
-    `self` of a compiled `forward` runs its own hooks eagerly, outside the trace."""
+    hooks would run on proxies and touch distributed state. `modules` are the module roots of the inputs; the bound
+    `self` of a compiled `forward` runs its own hooks eagerly, outside the trace. Returns the modules FSDP2 manages
+    inside a root: their calls are opaque calls of the trace (`opaque_calls`)."""
     bound_self = getattr(fn, "__self__", None) if isinstance(fn, types.MethodType) else None
+    opaque = []
     for root_path, _, root in modules:
         for qual, sub in root.named_modules():
+            if qual and sharded(sub):
+                opaque.append(sub)
+                continue
             why = None if sub is bound_self else managed(sub)
             if why is not None:
                 path = f"{root_path}.{qual}" if qual else root_path
@@ -91,6 +105,90 @@ def refuse_managed(fn: Callable, modules: list) -> None:
                     "`blk.forward = specengine.compile(blk.forward)` (or `specengine.compile(blk)`) before "
                     "`fully_shard(blk)`, or `specengine.compile(model)` before wrapping it in DDP."
                 )
+    return opaque
+
+
+@contextmanager
+def opaque_calls(fn: Callable, modules: list) -> Iterator[None]:
+    """While tracing, a call of a module that FSDP2 manages inside the compiled one is one op of the trace: the
+    computation calls the module through `Module.__call__` on every call, so FSDP2's all-gather, reshard and
+    reduce-scatter hooks run eagerly, as in eager. Its outputs come from its `forward` run on proxies of its
+    parameters and buffers (their unsharded shapes), whose decisions are guards and whose ops are dropped. Other
+    modules that torch.distributed manages are refused (`refuse_managed`)."""
+    installed = []
+    try:
+        for sub in refuse_managed(fn, modules):
+            d = sub.__dict__
+            installed.append((d, d.get("_compiled_call_impl")))
+            dict.__setitem__(d, "_compiled_call_impl", functools.partial(_opaque_call, sub))  # Module.__call__'s hook
+        yield
+    finally:
+        for d, old in reversed(installed):
+            dict.__setitem__(d, "_compiled_call_impl", old)
+
+
+_symbols: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_local = threading.local()  # .outputs: the outputs of the module call being recorded
+
+
+def _symbol(module: torch.nn.Module) -> Symbol:
+    sym = _symbols.get(module)
+    if sym is None:
+        name = re.sub(r"\W", "_", f"call_{type(module).__name__}_{id(module):x}")
+        ref = weakref.ref(module)
+        sym = _symbols[module] = Symbol(name, "module_calls", meta=lambda *a, **k: _local.outputs.pop(),
+                                        impl=lambda *a, **k: ref()(*a, **k), pure=False)  # fmt: skip
+    return sym
+
+
+def _opaque_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    state = context.current()
+    if state is None or not any(isinstance(x, Proxy) for x in tree_leaves((args, kwargs))):
+        if state is not None:
+            raise unsupported(f"a call of {type(module).__name__} (managed by FSDP2) without traced inputs",
+                              "pass it a tensor computed by the compiled function")  # fmt: skip
+        return module._call_impl(*args, **kwargs)  # another thread, not tracing: the module's own call
+    _local.outputs = [_nested_forward(state, module, args, kwargs)]
+    return state.record(_symbol(module), args, kwargs)
+
+
+def _nested_forward(state: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+    """The outputs of `module(*args)`: fresh proxies shaped by its `forward` run on proxies of its tensors."""
+    saved = []
+    try:
+        for sub in module.modules():
+            for table in (sub._parameters, sub._buffers):
+                for k, t in list(table.items()):
+                    if isinstance(t, torch.Tensor) and not isinstance(t, Proxy):
+                        cls = torch.nn.Parameter if isinstance(t, torch.nn.Parameter) else torch.Tensor
+                        proxy = TensorProxy(state.names.fresh("w"), tuple(t.shape), t.dtype, t.device,
+                                            t.requires_grad, cls)  # fmt: skip
+                        saved.append((table, k, t))
+                        dict.__setitem__(table, k, proxy)
+        pending = len(state.pending) + len(state.pending_binds)
+        state.scopes.append([])  # forward's ops: dropped (the module runs itself)
+        try:
+            out = type(module).forward(module, *args, **kwargs)
+        finally:
+            state.scopes.pop()
+    finally:
+        for table, k, t in reversed(saved):
+            dict.__setitem__(table, k, t)
+    if len(state.pending) + len(state.pending_binds) != pending:
+        raise unsupported(f"data-dependent values in {type(module).__name__}.forward (managed by FSDP2)",
+                          "compute them outside the sharded module")  # fmt: skip
+    grad = torch.is_grad_enabled() and (any(isinstance(a, TensorProxy) and a.requires_grad for a in tree_leaves(
+        (args, kwargs))) or any(p.requires_grad for p in module.parameters()))  # fmt: skip
+
+    def fresh(t: Any) -> Any:
+        if isinstance(t, TensorProxy):
+            return TensorProxy(state.names.fresh("t"), t.dims, t.dtype, t.device, grad and t.dtype.is_floating_point)
+        if t is not None:
+            raise unsupported(f"{type(module).__name__}.forward (managed by FSDP2) returning a {type(t).__name__}",
+                              "return tensors only")  # fmt: skip
+        return t
+
+    return tree_map(fresh, out)
 
 
 def refuse_call(frame: types.FrameType) -> None:

@@ -141,12 +141,12 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     args, kwargs = _call_args(specs.signature, values)
     target = unwrap(callable_target(fn))[0]  # the function under partials and bound methods
     _check_function(target)
-    distributed.refuse_managed(fn, specs.modules)  # before any hook of theirs runs on proxies
     state.outside_roots = effects.captured_values(target) + module_reads.roots(target)  # where outside tensors are
     modules = [m for _, _, m in specs.modules]
     inputs = _attribute_inputs(modules, specs.promoted)
     plain = [d for k, d in specs.roots.items() if k.startswith("_obj_")]  # bound `self` of plain objects
     with (
+        distributed.opaque_calls(fn, specs.modules),  # (refuses other managed modules before any hook runs)
         tracing(state),
         compiling.compiling(),
         TraceMode(),
