@@ -15,6 +15,7 @@ Two forms run an outer call eagerly and compile only a module's `forward`:
 - a module whose forward hooks are torch.distributed's (`replicate(model)`, `fully_shard(model)`, the composable
   `checkpoint(model)`) keeps those hooks eager and compiles its `forward`.
 
+Submodules that FSDP2 manages inside the compiled module are opaque calls of its trace (capture/distributed.py).
 During such a call the compiled function is the inner module's `forward` (an instance attribute, set for the call
 and removed after it), so the eager code calls it as `model.forward = specengine.compile(model.forward)` would.
 """

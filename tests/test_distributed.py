@@ -29,7 +29,7 @@ from specengine.examples.gpt import GPT, GPTConfig
 CFG = GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=16)
 STEPS, MICRO = 3, 2
 BUCKET_MB = 0.002  # about 500 floats: several buckets
-TIMEOUT_S = 60  # the process group's: a rank stuck in a collective fails within it
+TIMEOUT_S = 120  # the process group's: a rank stuck in a collective fails within it
 
 
 def _batches(rank: int, sizes: list[int] | None = None) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
@@ -256,6 +256,19 @@ def _fsdp_scenarios(rank: int) -> dict[str, Callable[[], tuple[dict, list[int]]]
         compiled = specengine.compile(model, dynamic=True)
         return _train(compiled, model, batches, _fsdp_sync(model)), _compiles(compiled)
 
+    def mixed_precision_refused():  # an opaque call under a policy that changes dtypes: refused at compile()
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        model = _model()
+        for blk in model.h:
+            fully_shard(blk, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+        fully_shard(model)
+        try:
+            specengine.compile(model, dynamic=True)
+            return {"error": ""}, []
+        except specengine.SpecEngineError as e:
+            return {"error": f"{type(e).__name__}: {e}"}, []
+
     return {k: v for k, v in locals().items() if callable(v) and k not in ("batches", "rank", "fully_shard")}
 
 
@@ -353,11 +366,11 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     logs = []
     for p in procs:
         try:
-            logs.append(p.communicate(timeout=170)[0].decode())
+            logs.append(p.communicate(timeout=600)[0].decode())
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            pytest.fail("the ranks did not finish within 170 s")
+            pytest.fail("the ranks did not finish within 600 s")
     for r, p in enumerate(procs):
         assert p.returncode == 0, f"rank {r} failed:\n{logs[r][-4000:]}"
     return [torch.load(f"{directory}/rank{r}.pt") for r in range(2)]
@@ -446,6 +459,12 @@ def test_blocks_sharded_after_the_root_was_compiled(ranks):
 
 def test_activation_checkpointing_around_sharded_blocks_in_a_compiled_root(ranks):
     _check(ranks, "compiled_sharded_root_checkpointed", "fsdp_checkpointed_eager", [1])
+
+
+def test_a_sharded_block_with_a_mixed_precision_policy_is_refused(ranks):
+    for res in _result(ranks, "mixed_precision_refused"):
+        assert res["out"]["error"].startswith("SpecEngineError"), res["out"]["error"]
+        assert "self.h.0 (FSDPBlock)" in res["out"]["error"] and "mixed precision" in res["out"]["error"]
 
 
 def test_a_ddp_called_by_a_compiled_function_is_refused_before_it_runs(ranks):

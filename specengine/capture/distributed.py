@@ -6,9 +6,11 @@ effects on other ranks. A trace that recorded them would skip them on a cached c
 an entry. So:
 
 - `specengine.compile` runs such a module's own call eagerly and compiles the module inside (`compiled_module.py`);
-- a compile whose function would call a module managed by torch.distributed (a submodule sharded by `fully_shard`,
-  a DDP) is refused before anything runs (`refuse_managed`), naming the module: its hooks would touch FSDP state with
-  proxies;
+- a submodule that FSDP2 manages, inside a compiled module, is an opaque call of the trace (`opaque_calls`): its
+  hooks run eagerly on every call, and its parameters (sharded outside its call) are not inputs
+  (`prologue/state.py`);
+- a compile whose function would call another module that torch.distributed manages (a DDP, a `replicate`d module)
+  is refused before anything runs (`refuse_managed`), naming the module: its code would run on proxies;
 - any other torch.distributed code that user code calls while tracing (`dist.all_reduce(t)`, the Python functional
   collectives, `dist.barrier()`) is refused where it is called (`coverage.py` calls `refuse_call`), except the
   queries of the process group (`get_rank()`, `get_world_size()`, `dist.group.WORLD`, ...), whose answers are fixed
@@ -93,6 +95,7 @@ def refuse_managed(fn: Callable, modules: list) -> list:
     for root_path, _, root in modules:
         for qual, sub in root.named_modules():
             if qual and sharded(sub):
+                _check_policies(sub, f"{root_path}.{qual}")
                 opaque.append(sub)
                 continue
             why = None if sub is bound_self else managed(sub)
@@ -106,6 +109,31 @@ def refuse_managed(fn: Callable, modules: list) -> list:
                     "`fully_shard(blk)`, or `specengine.compile(model)` before wrapping it in DDP."
                 )
     return opaque
+
+
+def _check_policies(module: torch.nn.Module, path: str) -> None:
+    """An opaque call's outputs are traced with the module's parameters as they are stored: refused where FSDP2
+    computes with others (a mixed precision policy's param_dtype or output_dtype, CPU offload)."""
+    try:
+        state = module._get_fsdp_state()
+        groups = list(getattr(state, "_fsdp_param_groups", None) or [getattr(state, "_fsdp_param_group", None)])
+        policies = [(g.mp_policy, g.offload_policy) for g in groups if g is not None]
+        policies.append((getattr(state, "_mp_policy", None), None))
+        why = None
+        for mp, offload in policies:
+            if mp is not None and (mp.param_dtype is not None or mp.output_dtype is not None):
+                why = "a mixed precision policy (param_dtype or output_dtype)"
+            elif type(offload).__name__ == "CPUOffloadPolicy":
+                why = "CPU offload"
+    except AttributeError:  # FSDP2's state changed shape: do not guess
+        why = "an FSDP2 state that specengine does not know"
+    if why is not None:
+        raise SpecEngineError(
+            f"specengine cannot compile a call of {path} ({type(module).__name__}): fully_shard manages it with "
+            f"{why}, so its outputs are not those of its forward on its parameters as stored (issue 24). Compile "
+            "its forward before sharding it instead: `blk.forward = specengine.compile(blk.forward)`, then "
+            "`fully_shard(blk, ...)`."
+        )
 
 
 @contextmanager
