@@ -6,7 +6,8 @@ and take the original's keys (no `_orig_mod.` prefix), `.to()`, `train()`/`eval(
 original, attributes it does not have itself are the original's, and a wrapper such as
 `DistributedDataParallel(specengine.compile(model))` or `fully_shard(specengine.compile(model))` sees the
 original's parameters (FSDP2's swaps of sharded and unsharded parameters land in the shared tables). Hooks
-registered on the CompiledModule run eagerly around the compiled call; the original's own hooks are traced.
+registered on the CompiledModule run eagerly around the compiled call; the original's own hooks, and the global
+module hooks, run once, in the original's call (traced with it).
 
 Two forms run an outer call eagerly and compile only a module's `forward`:
 
@@ -26,11 +27,15 @@ import copy
 from typing import Any, Callable
 
 import torch
+import torch.nn.modules.module as _nn_module
 
 from specengine.capture.distributed import data_parallel, distributed_hooks, refuse_managed
+from specengine.errors import SpecEngineError
 from specengine.prologue.structure import watch
 
 _OWN = ("_orig_module", "_compiled", "_inner")
+_GLOBAL_HOOKS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks",
+                 "_global_backward_hooks", "_global_forward_hooks_always_called")  # fmt: skip
 
 
 class CompiledModule(torch.nn.Module):
@@ -62,7 +67,30 @@ class CompiledModule(torch.nn.Module):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self._compiled._entries:  # a compile is coming: refuse it before any hook touches distributed state
             _refuse(self._compiled.compiled_target)
-        return super().__call__(*args, **kwargs)
+        if not (self._forward_pre_hooks or self._forward_hooks or self._backward_hooks or self._backward_pre_hooks):
+            return self.forward(*args, **kwargs)  # the original's call (its hooks, the global ones) is inside
+        if not any(getattr(_nn_module, name) for name in _GLOBAL_HOOKS):
+            return super().__call__(*args, **kwargs)
+        return self._own_hooks_call(args, kwargs)
+
+    def _own_hooks_call(self, args: tuple, kwargs: dict) -> Any:
+        """This module's forward hooks around the call, without the global ones (the original's call runs them)."""
+        if self._backward_hooks or self._backward_pre_hooks:
+            raise SpecEngineError("specengine: backward hooks on a CompiledModule while global module hooks are "
+                                  "registered: register them on the original module instead")  # fmt: skip
+        for hook_id, hook in list(self._forward_pre_hooks.items()):
+            if hook_id in self._forward_pre_hooks_with_kwargs:
+                res = hook(self, args, kwargs)
+                args, kwargs = (args, kwargs) if res is None else res
+            else:
+                res = hook(self, args)
+                args = args if res is None else res if isinstance(res, tuple) else (res,)
+        out = self.forward(*args, **kwargs)
+        for hook_id, hook in list(self._forward_hooks.items()):
+            with_kwargs = hook_id in self._forward_hooks_with_kwargs
+            res = hook(self, args, kwargs, out) if with_kwargs else hook(self, args, out)
+            out = out if res is None else res
+        return out
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         inner = self._inner

@@ -166,3 +166,20 @@ def test_a_failed_compile_of_a_module_leaves_it_unchanged():
     with pytest.raises(Exception):  # noqa: B017 - whatever the refusal, nothing is left behind
         cm(torch.ones(2, 2))
     assert bad.lin.weight is weight and type(weight) is nn.Parameter and counts(cm) == (0, 0)
+
+
+@pytest.mark.parametrize("own_hook", [False, True])
+def test_global_module_hooks_run_once_per_module_call(own_hook):
+    net = Net().eval()
+    cm = specengine.compile(net, dynamic=True)
+    if own_hook:
+        cm.register_forward_hook(lambda m, args, out: out + 1)
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, args, out: out * 2)
+    try:
+        x = torch.randn(2, 3)
+        for _ in range(2):
+            expected = net(x) + 1 if own_hook else net(x)
+            torch.testing.assert_close(cm(x), expected)
+    finally:
+        handle.remove()
+    assert counts(cm) == (1, 1)
