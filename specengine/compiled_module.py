@@ -17,8 +17,10 @@ Two forms run an outer call eagerly and compile only a module's `forward`:
   `checkpoint(model)`) keeps those hooks eager and compiles its `forward`.
 
 Submodules that FSDP2 manages inside the compiled module are opaque calls of its trace (capture/distributed.py).
-During such a call the compiled function is the inner module's `forward` (an instance attribute, set for the call
-and removed after it), so the eager code calls it as `model.forward = specengine.compile(model.forward)` would.
+The compiled function is installed as the inner module's `forward` (an instance attribute), exactly as
+`model.forward = specengine.compile(model.forward)` does, so the eager code calls it (also when the wrapper or the
+module is called directly; a per-call install would change the module's `__dict__` on every call, which makes every
+prologue walk the module tree again).
 """
 
 from __future__ import annotations
@@ -52,7 +54,9 @@ class CompiledModule(torch.nn.Module):
         own["training"] = module.training
         own["_orig_module"] = module  # not a child: no key prefix
         own["_compiled"] = compiled  # a CompiledFunction
-        own["_inner"] = inner  # the module whose forward `compiled` is, while the original's call runs eagerly
+        own["_inner"] = inner  # the module whose forward `compiled` is, called by the original's eager call
+        if inner is not None:
+            inner.__dict__["forward"] = compiled  # as `model.forward = specengine.compile(model.forward)` does
 
     @property
     def compiled_target(self) -> Callable:
@@ -93,19 +97,9 @@ class CompiledModule(torch.nn.Module):
         return out
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        inner = self._inner
-        if inner is None:
+        if self._inner is None:
             return self._compiled(*args, **kwargs)
-        d = inner.__dict__
-        had, old = "forward" in d, d.get("forward")
-        d["forward"] = self._compiled
-        try:
-            return self._orig_module(*args, **kwargs)
-        finally:
-            if had:
-                d["forward"] = old
-            else:
-                d.pop("forward", None)
+        return self._orig_module(*args, **kwargs)  # eager, calling the inner module's compiled forward
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -142,10 +136,11 @@ class CompiledModule(torch.nn.Module):
 
     def __deepcopy__(self, memo: dict) -> CompiledModule:
         """A copy of the original, compiled anew with the same options (no entries, no hooks of this module)."""
+        if self._inner is not None:
+            raise SpecEngineError("specengine: a compiled DDP or module with torch.distributed hooks is not copied; "
+                                  "copy the module before compiling or wrapping it")  # fmt: skip
         orig = copy.deepcopy(self._orig_module, memo)
-        inner = None if self._inner is None else memo.get(id(self._inner), self._inner)
-        target = orig if inner is None else inner.forward
-        copied = CompiledModule(orig, type(self._compiled)(target, self._compiled._options), inner)
+        copied = CompiledModule(orig, type(self._compiled)(orig, self._compiled._options))
         memo[id(self)] = copied
         return copied
 
@@ -160,13 +155,19 @@ def compile_module(fn: Any, make: Callable[[Callable], Any]) -> Any:
     if not isinstance(fn, torch.nn.Module):
         return make(fn)
     if data_parallel(fn):
-        target, inner = fn.module.forward, fn.module
+        target, inner = _forward(fn.module), fn.module
     elif distributed_hooks(fn):
-        target, inner = fn.forward, fn
+        target, inner = _forward(fn), fn
     else:
         target, inner = fn, None
     _refuse(target)
     return CompiledModule(fn, make(target), inner)
+
+
+def _forward(module: torch.nn.Module) -> Callable:
+    """The forward to compile: the module's own, not one installed by an earlier `specengine.compile`."""
+    forward = module.forward
+    return forward.compiled_target if getattr(type(forward), "_specengine_compiled", False) else forward
 
 
 def _refuse(target: Any) -> None:
