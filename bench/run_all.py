@@ -283,7 +283,7 @@ def section_gpt(quick: bool, vocab: int, threads: int) -> dict:
                 out = cfn(idx)
                 row["first_call_s"] = time.perf_counter() - start
                 row["matches_eager"] = _matches(out, ref)
-                if isinstance(cfn, specengine.CompiledFunction):
+                if isinstance(cfn, (specengine.CompiledFunction, specengine.CompiledModule)):
                     row["stats"] = dict(specengine.cache_entries(cfn)[0].stats)
                 start = time.perf_counter()
                 out2 = cfn(idx2)

@@ -297,14 +297,14 @@ def run_scenario(scenario: Scenario, engine: Engine, expected: list[tuple[bool, 
         res.misses = engine.count(cfn)
     except Exception:  # noqa: BLE001 - a count that cannot be read is reported as unknown
         res.misses = None
-    if isinstance(cfn, specengine.CompiledFunction):
+    if isinstance(cfn, (specengine.CompiledFunction, specengine.CompiledModule)):
         res.stats = totals
     return res
 
 
 def _account(cfn: Callable, seen: set, totals: dict) -> None:
     """Add the compile statistics of specengine entries not seen yet to `totals`."""
-    if not isinstance(cfn, specengine.CompiledFunction):
+    if not isinstance(cfn, (specengine.CompiledFunction, specengine.CompiledModule)):
         return
     for entry in specengine.cache_entries(cfn):
         if entry not in seen:

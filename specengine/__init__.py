@@ -6,6 +6,7 @@ from typing import Any, Callable, Sequence
 
 from specengine.api import CompiledFunction, make_compiled
 from specengine.cache import CacheEntry
+from specengine.compiled_module import CompiledModule, compile_module
 from specengine.config import config
 from specengine.errors import (
     ConstraintViolationError,
@@ -26,7 +27,7 @@ from specengine.prologue.codegen import Guard, Prologue
 __all__ = [
     "compile", "cache_hits", "cache_misses", "last_traces", "last_prologue", "last_guards", "cache_entries",
     "recompile_reasons", "explain", "reset", "mark_dynamic", "mark_static", "config", "set_logs",
-    "CompiledFunction", "CacheEntry", "Guard", "Prologue", "Trace", "SpecEngineError", "UnsupportedOpError",
+    "CompiledFunction", "CompiledModule", "CacheEntry", "Guard", "Prologue", "Trace", "SpecEngineError", "UnsupportedOpError",
     "ConstraintViolationError", "RecompileLimitError", "RecompileLimitWarning", "SolverWarning", "check",
     "DataDependentCheckError", "save_cache", "load_cache",
 ]  # fmt: skip
@@ -56,11 +57,19 @@ def compile(
         cache: False: this function never uses the disk cache (`specengine.config.cache_dir`).
 
     Returns:
-        A CompiledFunction, or a decorator when `fn` is omitted.
+        A CompiledFunction; for an nn.Module, a CompiledModule (an nn.Module with the original's parameters,
+        buffers, state_dict keys and attributes: `DistributedDataParallel(specengine.compile(model))` and
+        `fully_shard(specengine.compile(model))` work). Of a `DistributedDataParallel`, or of a module with
+        torch.distributed's forward hooks (`fully_shard`, `replicate`), the wrapper's own call stays eager and
+        the module's `forward` is compiled. A decorator when `fn` is omitted.
     """
-    if fn is None:
-        return lambda f: make_compiled(f, dynamic, executors, recompile_limit, on_recompile_limit, cache)
-    return make_compiled(fn, dynamic, executors, recompile_limit, on_recompile_limit, cache)
+
+    def make(f: Callable) -> Any:
+        return compile_module(
+            f, lambda t: make_compiled(t, dynamic, executors, recompile_limit, on_recompile_limit, cache)
+        )
+
+    return make if fn is None else make(fn)
 
 
 def check(cond: Any, message: Any = None) -> None:
@@ -80,6 +89,8 @@ def check(cond: Any, message: Any = None) -> None:
 
 
 def _compiled(cfn: Any) -> CompiledFunction:
+    if isinstance(cfn, CompiledModule):
+        cfn = cfn.compiled_function
     if not isinstance(cfn, CompiledFunction):
         raise TypeError(f"expected a function returned by specengine.compile, got {type(cfn).__name__}")
     return cfn

@@ -12,7 +12,9 @@ told of each Python frame that starts. It notes:
 - a user code object that names the builtin `type` (or an alias of it, or `builtins`) runs with a `type` of its own
   in its module's globals while the trace runs (`pytypes.traced_type`): `type(x)` of a proxy is what eager gives
   (`torch.Tensor`, `int`, ...);
-- the closure variables of user code that hold modules: `module_reads.py` follows their attributes.
+- the closure variables of user code that hold modules: `module_reads.py` follows their attributes;
+- a frame of torch.distributed's code that user code called (a collective, FSDP's hooks): refused as it starts,
+  before it runs (`distributed.py`).
 
 The tracer is paused inside `TraceState.record` (specengine's own work on an op, where no user code runs), which
 keeps its cost to a few percent of a compile.
@@ -31,14 +33,14 @@ import types
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from specengine.capture import module_reads
+from specengine.capture import distributed, module_reads
 from specengine.capture.library import SITE, importing_now, is_library
 from specengine.capture.pytypes import give_type, names_type, take_type, traced_type
 from specengine.errors import UnsupportedOpError
 from specengine.prologue.external import user_module_object
 from specengine.provenance import _is_internal
 
-_SKIP, _USER, _ENTER, _TYPE = 0, 1, 2, 4
+_SKIP, _USER, _ENTER, _TYPE, _DIST = 0, 1, 2, 4, 8
 _MAX_CLOSURES = 64  # functions sharing one code object whose cells are guarded; beyond it the compile is refused
 
 
@@ -50,6 +52,8 @@ def _not_users(filename: str, glb: dict) -> bool:
 
 def _kind(code: types.CodeType, glb: dict) -> int:
     kind = _ENTER if code.co_name == "__enter__" and code.co_argcount >= 1 else _SKIP
+    if distributed.distributed_code(code):
+        return kind | _DIST
     if _not_users(code.co_filename, glb):
         return kind
     return kind | _USER | (_TYPE if names_type(code, glb) else 0)
@@ -82,6 +86,8 @@ class Coverage:
         return None if prev is None else prev(frame, event, arg)
 
     def _note(self, frame: types.FrameType, code: types.CodeType, kind: int) -> None:
+        if kind & _DIST:
+            distributed.refuse_call(frame)  # torch.distributed's machinery is called, never traced
         if kind & _USER:
             first = code not in self.codes
             if first:

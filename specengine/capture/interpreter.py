@@ -14,6 +14,7 @@ from specengine.capture import (
     calls,
     compiling,
     coverage,
+    distributed,
     effects,
     module_reads,
     mutations,
@@ -168,6 +169,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     inputs = _attribute_inputs(modules, specs.promoted)
     plain = [d for k, d in specs.roots.items() if k.startswith("_obj_")]  # bound `self` of plain objects
     with (
+        distributed.opaque_calls(fn, specs.modules),  # (refuses other managed modules before any hook runs)
         tracing(state),
         compiling.compiling(),
         TraceMode(),

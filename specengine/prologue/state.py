@@ -10,6 +10,7 @@ that holds it (tied tensors: one input, several slots); the slots are restored w
 from __future__ import annotations
 
 import functools
+import sys
 import types
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -22,6 +23,26 @@ from specengine.ir.proxies import unsupported
 from specengine.prologue.classes import ClassGuard, user_classes
 from specengine.prologue.external import captured_values, user_function
 from specengine.prologue.structure import INTERNAL, StructureGuard, config_objects, module_path, put, watch  # noqa: F401
+
+
+def sharded(module: Any) -> bool:
+    """Whether FSDP2 (`fully_shard`) manages `module`: inside a compiled module, a call of it is an opaque call
+    (capture/distributed.py), and its parameters (sharded DTensors outside its call) are not inputs."""
+    fsdp = getattr(sys.modules.get("torch.distributed.fsdp"), "FSDPModule", None)
+    return fsdp is not None and isinstance(module, fsdp)
+
+
+def _outside_sharded(module: torch.nn.Module) -> list:
+    """`module.named_modules()` without the subtrees of the sharded modules strictly inside it."""
+    subs, cut = [], []
+    for qual, sub in module.named_modules(remove_duplicate=False):
+        if any(qual == c or qual.startswith(c + ".") for c in cut):
+            continue
+        if qual and sharded(sub):
+            cut.append(qual)
+            continue
+        subs.append((qual, sub))
+    return subs
 
 
 @dataclass(frozen=True)
@@ -96,7 +117,7 @@ class StateBuilder:
         watch(module)  # first: it replaces the module dicts that the slots below hold
         self.specs.modules.append((path_root, glb, module))
         self.root(glb, module)
-        subs = list(module.named_modules(remove_duplicate=False))
+        subs = _outside_sharded(module)
         for kind in ("_parameters", "_buffers"):
             for qual, sub in subs:
                 table = getattr(sub, kind)
@@ -123,8 +144,9 @@ class StateBuilder:
                     for i, mod in enumerate(value.values() if type(value) is dict else value):
                         self.module(mod, f"{path}[{i}]", f"_root_{len(self.specs.roots)}")
         self.specs.structure.append(StructureGuard(module, path_root, self.promoted))
-        configs = list({id(o): o for _, sub in subs for o in config_objects(sub)}.values())
-        self.specs.structure.append(ClassGuard([type(s) for _, s in subs] + user_classes(configs), path_root))
+        every = list(module.named_modules(remove_duplicate=False))  # (a sharded module's forward is traced too)
+        configs = list({id(o): o for _, sub in every for o in config_objects(sub)}.values())
+        self.specs.structure.append(ClassGuard([type(s) for _, s in every] + user_classes(configs), path_root))
         self._promoted_ints(subs, path_root, glb)
 
     def table(self, d: dict) -> str:
