@@ -182,9 +182,18 @@ def test_topk_guards_k_against_the_size():
 
 def test_interpolate_pins_the_size_and_reports_it():
     K.PINS.clear()
-    cfn = _sweep(lambda a: F.interpolate(a, scale_factor=2), lambda n: [torch.randn(1, 2, n + 1)], [1, 2, 2])
-    assert counts(cfn) == (2, 1)
+    cfn = _sweep(lambda a: F.interpolate(a, scale_factor=1.5), lambda n: [torch.randn(1, 2, n + 1)], [1, 2, 2])
+    assert counts(cfn) == (2, 1)  # floor(1.5 * n): the float is read to make a size
     assert K.pin_report().get("torch.nn.functional.interpolate", 0) >= 1
+
+
+def test_floats_that_only_feed_data_pin_nothing():
+    """adaptive pooling divides by a float of the window size, and a scale of 2 makes `2*n` exactly: no pin."""
+    K.PINS.clear()
+    for fn in (lambda a: F.interpolate(a, scale_factor=2), lambda a: F.adaptive_avg_pool1d(a, 1)):
+        cfn = _sweep(fn, lambda n: [torch.randn(1, 2, n + 1)], [1, 2, 4])
+        assert counts(cfn) == (1, 2)
+    assert K.pin_report() == {}
 
 
 # data-dependent: one_hot without num_classes has no fake rule in torch

@@ -6,8 +6,9 @@ that protocol duck-typed (as torch's own `SymNode` does), so a meta kernel run o
 `torch.SymInt(ExprNode(...))` computes our symbolic output sizes, and every decision it takes becomes one of
 our constraints, with provenance: the user's line, the op, and the kernel's reason.
 
-Floats are concrete: converting a symbolic int to a float (`sym_float`, true division) pins it with a recorded
-guard; symbolic float inputs become nodes that pin their value when a kernel reads them. Data-dependent
+Floats are lazy: a float computed from symbolic ints (`sym_float`, true division, float arithmetic) carries its
+value and pins the ints it came from only when a kernel reads it (`guard_float`, a comparison, a rounding), so
+a float that only feeds data (the divisor of a mean) pins nothing; symbolic float inputs pin the same way. Data-dependent
 (unbacked) sizes are nodes over our unbacked symbols (`shape_env.create_unbacked_symint`); decisions on them are
 proved or asserted at run time, never guarded (ir/unbacked.py).
 """
@@ -143,9 +144,11 @@ class ExprNode:
         return f"ExprNode({self.str()})"
 
     def _value_hash(self) -> int:
-        return hash((self.pytype, self.expr_, self._float))
+        return hash((self.pytype, self.expr_, self._float)) if self._pin_float is None else id(self)
 
     def _value_eq(self, other: Any) -> bool:
+        if self._pin_float is not None or getattr(other, "_pin_float", None) is not None:
+            return self is other  # a lazy float equals another only once both are pinned
         return isinstance(other, ExprNode) and (self.pytype, self.expr_, self._float) == (
             other.pytype,
             other.expr_,
@@ -202,7 +205,7 @@ class ExprNode:
     def sym_float(self) -> ExprNode:
         if self.pytype is float:
             return self
-        return self.wrap_float(float(K.pin(self._as_int(), "sym_float")))
+        return _lazy(float(_peek(self)), (self,), "sym_float")
 
     def sym_int(self) -> ExprNode:
         return self if self.pytype is int else self.wrap_int(int(self._fval()))
@@ -227,7 +230,7 @@ def _int_binary(name: str, build: Callable, py: Callable, zero_check: bool = Fal
     def method(self: ExprNode, other: Any) -> ExprNode:
         other = _node_of(other)
         if self.pytype is float or other.pytype is float:
-            return self.wrap_float(py(_concrete(self), _concrete(other)))
+            return _computed(py, (self, other), name)
         a, b = self._as_int(), other._as_int()
         if zero_check and not K.decide(E.ne(b, 0), name):
             raise ZeroDivisionError("integer division or modulo by zero")
@@ -248,20 +251,48 @@ def _relation(name: str, build: Callable, py: Callable) -> Callable:
     return method
 
 
-def _concrete(n: ExprNode) -> Any:
+def _concrete(n: ExprNode, kind: str = "float arithmetic") -> Any:
     """A Python value; a symbolic int or bool is pinned (a recorded guard)."""
     if n.pytype is float:
         return n._fval()
     if n.pytype is bool:
         return K.decide(n.expr_, "concrete bool")
-    return K.pin(n.expr_, "float arithmetic")
+    return K.pin(n.expr_, kind)
+
+
+def _peek(n: ExprNode) -> Any:
+    """The value by the hints, recording nothing (the caller keeps what pins it)."""
+    return n._float if n.pytype is float else K.hint(n._as_int() if n.pytype is int else n.expr_)
+
+
+def _pending(n: ExprNode) -> bool:
+    return n._pin_float is not None if n.pytype is float else not n.expr_.is_const
+
+
+def _lazy(value: float, nodes: tuple, kind: str) -> ExprNode:
+    """A float computed from `nodes`, which pins them (in order) when something reads its value."""
+    pending = tuple(n for n in nodes if _pending(n))
+    if not pending:
+        return ExprNode(None, float, float(value))
+    return ExprNode(None, float, float(value), lambda: [_concrete(n, kind) for n in pending])
+
+
+def _computed(py: Callable, nodes: tuple, kind: str) -> ExprNode:
+    """`py` over the nodes' values: a lazy float, or (an int, a bool, an error) decided now with pins."""
+    try:
+        result = py(*(_peek(n) for n in nodes))
+    except (ArithmeticError, ValueError):
+        result = None
+    if type(result) is float:
+        return _lazy(result, nodes, kind)
+    result = py(*(_concrete(n) for n in nodes))  # raises eager's error with the operands pinned
+    first = nodes[0]
+    return first.wrap_bool(result) if isinstance(result, bool) else first.wrap_float(result)
 
 
 def _float_op(name: str, py: Callable) -> Callable:
     def method(self: ExprNode, other: Any = None) -> ExprNode:
-        args = (_concrete(self),) if other is None else (_concrete(self), _concrete(_node_of(other)))
-        result = py(*args)
-        return self.wrap_bool(result) if isinstance(result, bool) else self.wrap_float(result)
+        return _computed(py, (self,) if other is None else (self, _node_of(other)), name)
 
     method.__name__ = name
     return method
@@ -271,6 +302,8 @@ def _pow(self: ExprNode, other: Any) -> ExprNode:
     other = _node_of(other)
     if self.pytype is int and other.pytype is int and other.expr_.is_const and other.expr_.value >= 0:
         return ExprNode(math.prod([self.expr_] * other.expr_.value, start=E.const(1)), int)
+    if self.pytype is float or other.pytype is float:
+        return _computed(operator.pow, (self, other), "pow")
     result = _concrete(self) ** _concrete(other)
     return self.wrap_int(result) if isinstance(result, int) else self.wrap_float(result)
 
@@ -308,12 +341,12 @@ _install()
 
 
 def _neg(self: ExprNode) -> ExprNode:
-    return self.wrap_float(-self._fval()) if self.pytype is float else ExprNode(E.neg(self._as_int()), int)
+    return _lazy(-self._float, (self,), "neg") if self.pytype is float else ExprNode(E.neg(self._as_int()), int)
 
 
 def _abs(self: ExprNode) -> ExprNode:
     if self.pytype is float:
-        return self.wrap_float(abs(self._fval()))
+        return _lazy(abs(self._float), (self,), "abs")
     e = self._as_int()
     return ExprNode(E.maximum(e, E.neg(e)), int)
 
@@ -330,7 +363,7 @@ def _rounding(py: Callable) -> Callable:
 def _sym_sum(self: ExprNode, args: list) -> ExprNode:
     nodes = [_node_of(a) for a in args]
     if any(n.pytype is float for n in nodes):
-        return self.wrap_float(sum(_concrete(n) for n in nodes))
+        return _lazy(float(sum(_peek(n) for n in nodes)), tuple(nodes), "sym_sum")
     total = E.const(0)
     for n in nodes:
         total = E.add(total, n._as_int())

@@ -82,23 +82,31 @@ def _cuda_manual_seed_all_impl(seed: int) -> None:
     torch.cuda.random.manual_seed_all(seed)
 
 
+# kept: CUDA random state, reproduced by the computation on every call (the generic path runs it once, at trace
+# time); not measurable on this CPU machine
 @torchop(torch.cuda.random.manual_seed, name="cuda_manual_seed", pure=False, always_traced=True,
          impl=_cuda_manual_seed_impl)  # fmt: skip
 def cuda_manual_seed(seed: int) -> None:
     return None
 
 
+# kept: CUDA random state, reproduced by the computation on every call (the generic path runs it once, at trace
+# time); not measurable on this CPU machine
 @torchop(torch.cuda.random.manual_seed_all, name="cuda_manual_seed_all", pure=False, always_traced=True,
          impl=_cuda_manual_seed_all_impl)  # fmt: skip
 def cuda_manual_seed_all(seed: int) -> None:
     return None
 
 
+# kept: CUDA random state, reproduced by the computation on every call (the generic path runs it once, at trace
+# time); not measurable on this CPU machine
 @torchop(torch.cuda.random.get_rng_state, name="cuda_get_rng_state", pure=False, always_traced=True)
 def cuda_get_rng_state(device: object = "cuda") -> TensorProxy:
     return prims.new_tensor((_CUDA_STATE_BYTES,), torch.uint8, [])
 
 
+# kept: CUDA random state, reproduced by the computation on every call (the generic path runs it once, at trace
+# time); not measurable on this CPU machine
 @torchop(torch.cuda.random.set_rng_state, name="cuda_set_rng_state", pure=False, always_traced=True)
 def cuda_set_rng_state(new_state: TensorProxy, device: object = "cuda") -> None:
     return None

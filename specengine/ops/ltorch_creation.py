@@ -307,6 +307,7 @@ def linspace_prim(start: Any, end: Any, steps: Any, dtype: torch.dtype, device: 
     return prims.new_tensor((steps,), dtype, [], device)
 
 
+# kept: fewer guards (1 vs 7), misses (2 vs 7) and pins (0 vs 7) over OpInfo's samples and probes
 @torchop(torch.linspace, name="linspace")
 def linspace(start: Any, end: Any, steps: Any, *, dtype: torch.dtype | None = None, device: Any = None,
              requires_grad: bool = False, **options: Any) -> TensorProxy:  # fmt: skip

@@ -22,7 +22,7 @@ from specengine.ops.registry import torchop
 from specengine.ops.utils import broadcast_shapes, decide
 from specengine.provenance import user_frame
 
-__all__ = ["nonzero", "argwhere", "masked_select", "masked_index", "masked_setitem", "item", "tolist"]
+__all__ = ["masked_select", "masked_index", "masked_setitem", "item", "tolist"]
 
 _INT_RANGES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.int16: (-(2**15), 2**15 - 1),
                torch.int32: (-(2**31), 2**31 - 1), torch.bool: (0, 1)}  # fmt: skip
@@ -133,29 +133,7 @@ TensorProxy.tolist = tolist
 # Output sizes from data.
 
 
-@torchop(torch.nonzero, torch.Tensor.nonzero, name="nonzero", methods=("nonzero",))
-def nonzero(a: TensorProxy, *, as_tuple: bool = False) -> Any:
-    """The indices of nonzero elements: (u, ndim) with `0 <= u <= a.numel()`."""
-    out = prims.PRIMS["nonzero_rows"](a)
-    u = out.dims[0]
-    if not as_tuple:
-        return out
-    if a.ndim == 0:  # torch: one index tensor, as for a 1-element 1-D input
-        return (prims.reshape(prims.slice_prim(out, (0, 0), (u, 0), (1, 1)), (u,)),)
-    return tuple(prims.squeeze(prims.slice_prim(out, (0, i), (u, i + 1), (1, 1)), (1,)) for i in range(a.ndim))
-
-
-@prims.prim("nonzero_rows", impl=torch.nonzero)
-def nonzero_rows(a: TensorProxy) -> TensorProxy:
-    u = unbacked.new_size("rows of nonzero", _numel(a.dims), "nonzero")
-    return prims.new_tensor((u, a.ndim), torch.int64, [a])
-
-
-@torchop(torch.argwhere, torch.Tensor.argwhere, name="argwhere", methods=("argwhere",))
-def argwhere(a: TensorProxy) -> TensorProxy:
-    return nonzero(a)
-
-
+# kept: fewer guards (0 vs 6) and pins (0 vs 1) over OpInfo's samples
 @torchop(torch.masked_select, torch.Tensor.masked_select, name="masked_select", methods=("masked_select",))
 def masked_select(a: TensorProxy, mask: TensorProxy) -> TensorProxy:
     """The elements of `a` where `mask` (broadcast together) is true: (u,) with `0 <= u <= numel`."""

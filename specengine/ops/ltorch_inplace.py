@@ -20,9 +20,9 @@ from specengine.ops.ltorch_index import mask_key
 from specengine.ops.ltorch_views import advanced_index, getitem
 from specengine.ops.overlap import check_write
 from specengine.ops.registry import torchop
-from specengine.ops.utils import decide, expand_to, hint, meta_call
+from specengine.ops.utils import decide, expand_to, hint
 
-__all__ = ["add_", "sub_", "mul_", "div_", "copy_", "fill_", "zero_", "setitem"]
+__all__ = ["add_", "sub_", "mul_", "div_", "copy_", "setitem"]
 
 
 def _copy_impl(dst: torch.Tensor, src: Any) -> torch.Tensor:
@@ -99,25 +99,6 @@ def copy_(a: TensorProxy, src: TensorProxy, non_blocking: bool = False) -> Tenso
     check_write(a, (src,), "copy_", same_data=True)
     _check_broadcast_into(a, src, "copy_")
     return copy_to(a, expand_to(src, a.dims))
-
-
-# kept: a prims.full written back, which fusing executors take
-@torchop(torch.Tensor.fill_, name="fill_", methods=("fill_",), pure=False)
-def fill_(a: TensorProxy, value: Any) -> TensorProxy:
-    if isinstance(value, TensorProxy):
-        if value.ndim != 0:
-            raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} "
-                               "dimensions.")  # fmt: skip
-        check_write(a, (), "fill_")
-        return copy_to(a, expand_to(value, a.dims))
-    meta_call(torch.Tensor.fill_, a, value)
-    return copy_to(a, value)
-
-
-# kept: a prims.full written back, which fusing executors take
-@torchop(torch.Tensor.zero_, name="zero_", methods=("zero_",), pure=False)
-def zero_(a: TensorProxy) -> TensorProxy:
-    return copy_to(a, 0)
 
 
 def _drop_leading_ones(value: Any, ndim: int) -> Any:

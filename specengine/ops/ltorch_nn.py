@@ -133,7 +133,8 @@ def _embed(indices: TensorProxy, weight: TensorProxy) -> TensorProxy:
     return prims.reshape(rows, indices.dims + (weight.dims[1],))
 
 
-# kept: gather and reshape prims; padding_idx checks as decisions; on the GPT's hot path
+# kept: gather and reshape prims (an all-prims trace, tests/test_ops_nn.py); padding_idx and weight checks raise
+# eager's errors (the generic path does not: test_ops_nn's embedding-padding-oob, -bad-weight); the GPT's hot path
 @torchop(F.embedding, name="embedding")
 def embedding(input: TensorProxy, weight: TensorProxy, padding_idx: Any = None, max_norm: Any = None,
               norm_type: float = 2.0, scale_grad_by_freq: bool = False,
@@ -153,7 +154,7 @@ def embedding(input: TensorProxy, weight: TensorProxy, padding_idx: Any = None, 
     return _embed(input, weight)
 
 
-# kept: torch.embedding, the same rule as F.embedding
+# kept: torch.embedding, the same prims as F.embedding (what F.embedding calls in eager; OpInfo measured no difference)
 @torchop(torch.embedding, name="torch_embedding")
 def torch_embedding(weight: TensorProxy, indices: TensorProxy, padding_idx: int = -1,
                     scale_grad_by_freq: bool = False, sparse: bool = False) -> TensorProxy:  # fmt: skip
