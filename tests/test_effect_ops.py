@@ -59,7 +59,7 @@ PINNED = {"fstring": lambda x, n, s: str(x.shape[0]) + str(n), "percent": lambda
 def emit_inline(kind: str, x, n, s) -> None:
     """f-strings passed straight to the effect: their sizes and numbers stay symbolic (capture/effect_strings.py)."""
     if kind == "print":
-        print(f"size {x.shape[0]} n={n:>3} s={s:.2f} {n > 1}")
+        print(f"size {x.shape[0]} n={n:>3} s={s:.2f} {n > 1}", f"{n}")
     elif kind.startswith("warn-"):
         warnings.warn(f"size {x.shape[0]} n={n}", WARN_CATEGORIES[kind[5:]], stacklevel=1)
     elif kind == "log-log25":
@@ -216,7 +216,7 @@ def _printed_through_a_call(x, n, s):
 
 
 def _measured_then_printed(x, n, s):
-    print(len(f"{n}"))  # len() of the placeholder: it never reaches an effect, traced again, pinned
+    print(len(f"n {n}"), f"{n}")  # len() of the placeholder: it never reaches an effect, traced again, pinned
     return x * n
 
 

@@ -88,8 +88,8 @@ def _pops(ins: dis.Instruction) -> int | None:
 
 
 def consumer(code: types.CodeType, offset: int) -> tuple[int, int] | None:
-    """The offsets (from, to) of the call that takes, as an argument, the f-string that the piece formatted at `offset` is joined
-    into, with nothing else using it in between; None where it goes anywhere else."""
+    """The offsets (from, to) of the call that takes, as an argument, the f-string that the piece formatted at
+    `offset` is (joined into), with nothing else using it in between; None where it goes anywhere else."""
     key = (code, offset)
     if key not in _consumers:
         _consumers[key] = _find_consumer(list(dis.get_instructions(code)), offset)
@@ -118,11 +118,11 @@ def _find_consumer(instructions: list, offset: int) -> tuple[int, int] | None:
         return None
     if not _names_an_effect(instructions, start):
         return None
-    depth, joined = 0, False  # depth: how many items lie above the tracked value
+    depth = 0  # how many items lie above the tracked value
     for i in range(start + 1, len(instructions)):
         ins = instructions[i]
         if ins.opname in ("PRECALL", "CALL"):
-            if not joined or depth >= ins.arg:
+            if depth >= ins.arg:
                 return None  # the piece itself, or the callable
             at = next((j for j in range(i, len(instructions)) if instructions[j].opname == "CALL"), None)
             if at is None:
@@ -135,7 +135,7 @@ def _find_consumer(instructions: list, offset: int) -> tuple[int, int] | None:
         if depth < pops:
             if ins.opname != "BUILD_STRING":
                 return None
-            depth, joined = 0, True
+            depth = 0
             continue
         depth += dis.stack_effect(ins.opcode, ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None)
     return None
