@@ -114,3 +114,21 @@ def test_failed_compile_leaves_no_proxy_in_cache_or_model():
     assert not any(isinstance(v, Proxy) for v in _cache_tensors(cache))
     assert all(type(p) is torch.nn.Parameter for p in model.parameters())
     assert cache.get_seq_length() == 0
+
+
+def test_encoder_decoder_generate_two_compiles():
+    """generate() passes `encoder_outputs=BaseModelOutput(...)`: the input is rebuilt around proxies from its own
+    state, without running its `__post_init__` on them (it iterated a proxy with no trace active)."""
+    family = FAMILIES["t5"]
+    model, eager = family.build().eval(), family.build().eval()
+    model.forward = cfn = specengine.compile(model.forward, dynamic=True)
+    calls = 0
+    with torch.no_grad():
+        for b, t, new in ((2, 7, 4), (1, 5, 6), (3, 2, 3)):  # batch 1 after 2 is served by the same entries
+            ids = torch.randint(1, 100, (b, t), generator=torch.Generator().manual_seed(b * t))
+            kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "max_new_tokens": new, "do_sample": False}
+            out, ref = model.generate(**kw), eager.generate(**kw)
+            assert torch.equal(out, ref)
+            calls += out.shape[1] - 1  # one forward per generated token (the decoder starts from one token)
+    assert specengine.cache_misses(cfn) == 2  # the first decode step (no cache yet), then every later step
+    assert specengine.cache_hits(cfn) == calls - 2

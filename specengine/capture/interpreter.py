@@ -72,7 +72,8 @@ def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Sh
         children = [_proxy(c, names, hints, shadows, made) for c in spec.children]
         if spec.node_type is torch.Size:  # a SymSize where a size is symbolic
             return shadows.container(spec, unflatten_size(children, None))
-        made[spec.local] = shadows.container(spec, node.unflatten_fn(children, spec.context))
+        value = _rebuilt(spec, children) if spec.state is not None else node.unflatten_fn(children, spec.context)
+        made[spec.local] = shadows.container(spec, value)
         return made[spec.local]
     if isinstance(spec, ObjectSpec):
         made[spec.local] = shadows.object(spec, [_proxy(c, names, hints, shadows, made) for c in spec.children])
@@ -80,6 +81,20 @@ def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Sh
     assert isinstance(spec, ConstSpec)
     shadows.constant(spec)
     return as_traced(spec.value)  # `max` passed in is the `max` the function's code sees (`op is max`)
+
+
+def _rebuilt(spec: NodeSpec, children: list) -> Any:
+    """A user container argument (a `ModelOutput`) with proxies for its leaves, built from its recorded state: its
+    own `__init__`/`__post_init__` never sees a proxy (eager never runs them either: the caller built it)."""
+    items, attrs = spec.state
+    obj = spec.type.__new__(spec.type)
+    if items:
+        setitem = next(b for b in spec.type.__mro__ if b.__module__ in ("builtins", "collections")).__setitem__
+        for key, i in items:
+            setitem(obj, key, children[i])
+    for name, i in attrs:
+        object.__setattr__(obj, name, None if i is None else children[i])
+    return obj
 
 
 def _call_args(signature: inspect.Signature, values: list) -> tuple[list, dict]:

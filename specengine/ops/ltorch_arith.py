@@ -15,6 +15,7 @@ from specengine.constraints import expr as E
 from specengine.ir.proxies import NumberProxy, TensorProxy, is_outside_tensor, unsupported, value_expr
 from specengine.ops import prims, runtime
 from specengine.ops.ltorch_data_dependent import nonzero
+from specengine.ops.ltorch_literals import tensor as literal_tensor
 from specengine.ops.registry import torchop
 from specengine.ops.utils import (
     broadcast_shapes,
@@ -45,6 +46,8 @@ def elementwise(
     prim: Any, torch_fn: Any, *args: Any, compare: bool = False, out_dtype: Any = None, **kwargs: Any
 ) -> TensorProxy:
     """Type-promote (torch's rules, via meta, unless `out_dtype` corrects them), broadcast and apply a prim."""
+    if not any(isinstance(a, TensorProxy) for a in args):  # `torch.div(n, 4)`: eager wraps the number in a tensor
+        args = (literal_tensor(args[0]), *args[1:])
     meta_dtype = meta_call(torch_fn, *args, **kwargs).dtype
     out_dtype = out_dtype or meta_dtype
     compute = torch.result_type(*(_meta_or_value(a) for a in args[:2])) if compare else out_dtype

@@ -88,6 +88,7 @@ class NodeSpec:
     context: Any
     keys: tuple[str, ...]
     children: tuple
+    state: Any = None  # a user container's own state (`state_recipe`), rebuilt without running its code
 
 
 @dataclass(frozen=True)
@@ -282,7 +283,8 @@ class _Builder:
             keyed, context = node.flatten_with_keys_fn(value)
             keys = tuple(str(k) for k, _ in keyed)
             children = tuple(self.build(f"{path}{k}", v) for k, (_, v) in zip(keys, keyed))
-            spec = NodeSpec(path, local, type(value), pytree._get_node_type(value), context, keys, children)
+            recipe = state_recipe(value, [v for _, v in keyed])
+            spec = NodeSpec(path, local, type(value), pytree._get_node_type(value), context, keys, children, recipe)
             return self._mutable(spec, value) if isinstance(value, (list, dict)) else spec
         if id(value) not in self.objects and plain_instance(value):
             self.objects.add(id(value))  # (a cycle back to an object being built stays a constant)
@@ -297,6 +299,27 @@ class _Builder:
         if self.tensors is not None:  # an argument (not module state): its aliases share its shadow
             self.specs.mutables[id(value)] = (spec, value)
         return spec
+
+
+_OWN_NODES = ("builtins", "collections", "torch")
+
+
+def state_recipe(value: Any, leaves: list) -> tuple | None:
+    """How to rebuild a user-registered container (transformers' `ModelOutput`) around proxies without running its
+    `__init__`/`__post_init__` on them: `(items, attrs)`, each `(key, leaf index or None)`, where its dict items are
+    leaves and its attributes are leaves or None (the pytree context, which the prologue checks, fixes which).
+    None where the object holds anything else: pytree's own unflatten rebuilds it."""
+    if type(value).__module__.split(".")[0] in _OWN_NODES or isinstance(value, tuple):
+        return None
+    index = {id(v): i for i, v in reversed(list(enumerate(leaves)))}
+    items = tuple((k, index.get(id(v), -1)) for k, v in dict.items(value)) if isinstance(value, dict) else ()
+    attrs = tuple((a, None if v is None else index.get(id(v), -1)) for a, v in getattr(value, "__dict__", {}).items())
+    used = {i for _, i in items + attrs}
+    if -1 in used or not all(type(k) is str for k, _ in items) or used - {None} != set(range(len(leaves))):
+        return None
+    if not isinstance(getattr(value, "__dict__", None), dict) and not items:
+        return None
+    return items, attrs
 
 
 def _pytree_node(value: Any) -> Any:
