@@ -216,13 +216,16 @@ class _Walk:
                 continue
             items = sorted((k, x) for k, x in vars(c).items() if type(k) is str and k not in _SKIP_CLASS_KEYS)
             self.leaf(f"{c.__name__}: attributes", None, ("value", repr([k for k, _ in items])))
-            spaces.append((id(c), tuple((k, self._member(x, depth, f"{c.__name__}.{k}")) for k, x in items)))
+            members = tuple((k, self._member(c, k, x, depth, f"{c.__name__}.{k}")) for k, x in items)
+            spaces.append((id(c), members))
         return ("cls", id(cls), tuple(map(id, cls.__mro__)), tuple(spaces))
 
-    def _member(self, x: Any, depth: int, path: str) -> Any:
-        """A class attribute; a method's closure cells by identity (the cells of a method hold what it logs to: a
-        list its calls append to outside the trace must not make every call a new entry)."""
-        if type(x) is types.FunctionType and needs_contents(x) and depth <= _DEPTH:
+    def _member(self, c: type, name: str, x: Any, depth: int, path: str) -> Any:
+        """A class attribute; the closure cells of a method defined in the class body by identity (they hold what
+        it logs to: a list its calls append to outside the trace must not make every call a new entry). A function
+        made elsewhere and stored on the class (`H.helper = make_fn(2)`) keeps its cells' contents."""
+        own = getattr(x, "__qualname__", None) == f"{c.__qualname__}.{name}"
+        if type(x) is types.FunctionType and own and needs_contents(x) and depth <= _DEPTH:
             return self._function(x, depth + 1, path, cells_deep=False)
         return self.key(x, depth, path)
 

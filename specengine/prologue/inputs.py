@@ -6,6 +6,7 @@ dynamic mode only decides each symbol's range (a pinned range `[hint, hint]` und
 
 from __future__ import annotations
 
+import collections
 import inspect
 import re
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from specengine.ir.literals import exact_key
 from specengine.marks import Mark, marks_of
 from specengine.ops.layouts import example_layout, formats_of
 from specengine.prologue.classes import ClassGuard, input_classes
-from specengine.prologue.external import unwrap
+from specengine.prologue.external import has_value_semantics, unwrap
 from specengine.prologue.state import StateBuilder, bound, captured
 
 Range = tuple[int | None, int | None]
@@ -409,8 +410,9 @@ def _param_spec(builder: _Builder, p: inspect.Parameter, value: Any, defaulted: 
 
 
 def _shared_default(value: Any) -> bool:
-    """A list, dict or plain object without tensors (tensors in it: traced as a copy, as before)."""
-    if isinstance(value, (list, dict)):
+    """A list, dict, deque, a tuple holding one, or a plain object, without tensors (tensors in it: traced as a copy,
+    as before); a tuple of values stays an input (its ints symbolic)."""
+    if isinstance(value, (list, dict, collections.deque)) or (type(value) is tuple and not has_value_semantics(value)):
         return not any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value))
     return plain_instance(value) and not any(
         isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(list(vars(value).values()))
