@@ -200,3 +200,23 @@ def test_entries_without_a_recipe_are_used_but_not_saved_and_explain_says_why(di
     assert "hooks" in specengine.cache_entries(cn)[0].stats["not_saved"]
     assert "not saved: hooks" in specengine.explain(cn)
     assert not _files(disk)
+
+
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+def returns_an_object(x):
+    return Pair(x + 1, {"double": x * 2})
+
+
+def test_outputs_of_their_own_type_are_rebuilt_from_disk(disk):
+    c = specengine.compile(returns_an_object)
+    c(torch.ones(2))
+    assert _files(disk)
+    again = specengine.compile(returns_an_object)
+    x = torch.arange(2.0)
+    out = again(x)
+    assert specengine.cache_misses(again) == 0
+    assert type(out) is Pair and torch.equal(out.a, x + 1) and torch.equal(out.b["double"], x * 2)
