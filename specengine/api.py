@@ -355,8 +355,7 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     entry = CacheEntry(prologue, entry_fn, traces, guards, solution, key, index, stats)
     entry.prologue_sources = specs.sources.__getitem__
     entry.promoted = promoted
-    plain = plan is None and not specs.writes
-    entry.material = persist.Material(specs, getattr(state, "ran_codes", {}), traces[-1], plain)
+    entry.material = persist.Material(specs, getattr(state, "ran_codes", {}), traces[-1], plan)
     return entry
 
 

@@ -174,12 +174,23 @@ def reads_an_object(x):
     return x * SETTINGS.factor
 
 
-def test_entries_without_a_recipe_are_used_but_not_saved_and_explain_says_why(disk):
+def test_config_objects_read_as_globals_are_compared_field_by_field_at_load(disk):
     c = specengine.compile(reads_an_object)
     torch.testing.assert_close(c(torch.ones(2)), torch.ones(2) * 2)
-    assert not _files(disk)
-    (entry,) = specengine.cache_entries(c)
-    assert "not saved:" in specengine.explain(c) and entry.stats["not_saved"]
+    assert _files(disk)
+    again = specengine.compile(reads_an_object)
+    torch.testing.assert_close(again(torch.ones(2)), torch.ones(2) * 2)
+    assert specengine.cache_misses(again) == 0
+    SETTINGS.factor = 3.0
+    try:
+        third = specengine.compile(reads_an_object)
+        torch.testing.assert_close(third(torch.ones(2)), torch.ones(2) * 3)
+        assert specengine.cache_misses(third) == 1
+    finally:
+        SETTINGS.factor = 2.0
+
+
+def test_entries_without_a_recipe_are_used_but_not_saved_and_explain_says_why(disk):
     net = torch.nn.Linear(2, 2)
     net.register_forward_hook(lambda m, i, o: o * 2)
     cn = specengine.compile(net)
@@ -187,3 +198,25 @@ def test_entries_without_a_recipe_are_used_but_not_saved_and_explain_says_why(di
         warnings.simplefilter("ignore")
         cn(torch.ones(1, 2))
     assert "hooks" in specengine.cache_entries(cn)[0].stats["not_saved"]
+    assert "not saved: hooks" in specengine.explain(cn)
+    assert not _files(disk)
+
+
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+def returns_an_object(x):
+    return Pair(x + 1, {"double": x * 2})
+
+
+def test_outputs_of_their_own_type_are_rebuilt_from_disk(disk):
+    c = specengine.compile(returns_an_object)
+    c(torch.ones(2))
+    assert _files(disk)
+    again = specengine.compile(returns_an_object)
+    x = torch.arange(2.0)
+    out = again(x)
+    assert specengine.cache_misses(again) == 0
+    assert type(out) is Pair and torch.equal(out.a, x + 1) and torch.equal(out.b["double"], x * 2)

@@ -192,18 +192,18 @@ class _Planner:
             k = self.leaf_index.setdefault(id(v), len(self.leaves))
             if k == len(self.leaves):
                 self.leaves.append(v)
-            return lambda r, o, m: r[k]
+            return _described(lambda r, o, m: r[k], "leaf", k)
         i = self.shadows.by_id.get(id(v))
         if i is not None:
             j = self.object(i)
-            return lambda r, o, m: o[j]
+            return _described(lambda r, o, m: o[j], "object", j)
         if as_original(v) is not v:  # `max` as the trace saw it
             return _constant(as_original(v))
         if type(v) is frozenset:  # of hashed (so pinned) values: `frozenset(x.shape)`
             return _constant(_concrete_keys(v))
         if type(v) is slice:  # its bounds may be symbolic (`slice(1, n)`)
             parts = [self.value(p) for p in (v.start, v.stop, v.step)]
-            return lambda r, o, m: slice(*(f(r, o, m) for f in parts))
+            return _described(lambda r, o, m: slice(*(f(r, o, m) for f in parts)), "slice", parts)
         if isinstance(v, _IMMUTABLE) or _immutable_number(v) or id(v) in self.shadows.constants:
             return _constant(v)
         if numpy_array(v):  # computed from guarded values (by contents): a new array per call, as eager returns
@@ -220,7 +220,8 @@ class _Planner:
             fns, unflatten = [self.value(c) for c in children], node.unflatten_fn
             if type(v) is torch.Size:
                 unflatten = unflatten_size  # torch's pytree rebuilds a torch.Size as a tuple
-            return lambda r, o, m: unflatten([f(r, o, m) for f in fns], context)
+            build = lambda r, o, m: unflatten([f(r, o, m) for f in fns], context)  # noqa: E731
+            return _described(build, "node", pytree._get_node_type(v), context, fns, type(v) is torch.Size)
         return self.new_object(v)
 
     def new_object(self, v: Any) -> Build:
@@ -249,7 +250,14 @@ class _Planner:
                 obj.__dict__.update({a: f(r, o, m) for a, f in state})
             return obj
 
-        return build
+        return _described(build, "new", key, cls, state, items, elements)
+
+
+def _described(build: Build, *recipe: Any) -> Build:
+    """`build` with what it builds as data (`build.recipe`: a kind and its parts, sub-builds included), from which
+    the disk cache (specengine/persist) rebuilds it in another process."""
+    build.recipe = recipe
+    return build
 
 
 def _immutable_number(v: Any) -> bool:
@@ -273,7 +281,7 @@ def _concrete_keys(k: Any) -> Any:
 
 
 def _constant(v: Any) -> Build:
-    return lambda r, o, m: v
+    return _described(lambda r, o, m: v, "constant", v)
 
 
 def _update_object(obj: Any, fns: list, removed: list, r: tuple, o: tuple, m: dict) -> None:

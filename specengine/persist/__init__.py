@@ -67,6 +67,9 @@ class Disk:
         except NoRecipe as e:
             log.info("not saved: %s", e)
             return None, str(e)
+        except Exception as e:  # noqa: BLE001 - saving must never fail the user's call
+            log.warning("not saved: internal error %s: %s", type(e).__name__, e, exc_info=True)
+            return None, f"internal error: {type(e).__name__}: {e}"
         data = encode("entry", payload, self.key)
         try:
             if len(data) > config.cache_max_bytes:

@@ -3,6 +3,7 @@ symbols, the index key, the guard texts, and the code hashes of every user funct
 
 from __future__ import annotations
 
+import gc
 import re
 import sys
 import types
@@ -13,6 +14,7 @@ from specengine.codegen import exec_source
 from specengine.ir.trace import trace_globals
 from specengine.persist import keys
 from specengine.persist.guards import describe_guards, rebuild_guards
+from specengine.persist.outputs import describe_plan, rebuild, wrap
 from specengine.persist.recipes import Context, NoRecipe, context, decode_value, describe, encode_value, resolve
 from specengine.persist.signing import Rejected
 from specengine.prologue.codegen import Check, Guard, Prologue
@@ -28,7 +30,7 @@ class Material(NamedTuple):
     specs: Any
     ran_codes: dict
     final: Any  # the final trace
-    plain: bool  # the computation is the trace's function itself (no output plan, no module attribute writes)
+    plan: Any  # capture.objects.OutputPlan, or None where the output is plain
 
 
 class Loaded(NamedTuple):
@@ -44,31 +46,52 @@ class Loaded(NamedTuple):
 def entry_payload(fn: Any, module: Any, prologue: Prologue, index: tuple | None, guards: list, m: Material) -> dict:
     """The entry as JSON data (NoRecipe where a part has no recipe)."""
     specs = m.specs
-    if not m.plain:
-        raise NoRecipe("the computation is wrapped (outputs of their own type, or module attribute writes)")
+    if specs.writes:
+        raise NoRecipe("module attributes the function assigns")
     if specs.lifted:
         raise NoRecipe("tensors closed over from outside the arguments")
     ctx = context(fn, module)
-    ctx.guards = list(specs.structure)
+    ctx.guards, ctx.captured = list(specs.structure), list(specs.captured)
     payload: dict[str, Any] = {"guards": describe_guards(specs.structure, ctx)}
     used = _used_names(prologue)
+    used_text = "\n".join([prologue.source] + [s.fail for s in prologue.steps if isinstance(s, Check)])
     recipes = {}
     for name, value in prologue.globals.items():
         if name not in used:
             continue
         if value is specs.outside_ids and specs.outside_ids:
-            raise NoRecipe("the ids of objects reachable from outside the arguments")
+            recipes[name] = _outside_ids(specs)
+            continue
         recipes[name] = describe(value, ctx)
+        if recipes[name][0] == "value" and isinstance(value, (list, set, dict)) and _identity_checked(name, used_text):
+            raise NoRecipe(
+                f"a {type(value).__name__} guarded by identity and not found as a global or closure variable"
+            )
     steps = [list(astuple(s)) if isinstance(s, Check) else s for s in prologue.steps]
     payload["prologue"] = {"name": prologue.name, "sig": prologue._sig, "returns": list(prologue._returns),
                            "steps": steps, "globals": recipes}  # fmt: skip
     payload["computation"] = _computation(m.final)
+    payload["output"] = None if m.plan is None else describe_plan(m.plan, ctx)
     payload["index"] = _index(index, ctx)
     payload["guard_texts"] = [g.text for g in guards]
     payload["codes"] = sorted(_ran(m.ran_codes))
     payload["packages"] = _versions(_modules_named(payload))
     payload["key"] = keys.digest(payload)  # content-addressed: two processes tracing this entry write one file
     return payload
+
+
+def _outside_ids(specs: Any) -> list:
+    """The prologue checks that no mutable argument is an object reachable from outside (process-local ids). Where
+    every mutable argument is the call's own `**kwargs` dict, made fresh by each call, the check never fails: an
+    empty set keeps it. Otherwise the entry is not saved."""
+    fresh = {p.name for p in specs.signature.parameters.values() if p.kind is p.VAR_KEYWORD}
+    if all(spec.path in fresh for spec, _ in specs.mutables.values()):
+        return ["value", encode_value(frozenset())]
+    raise NoRecipe("the ids of objects reachable from outside the arguments (a list, dict or object passed in)")
+
+
+def _identity_checked(name: str, text: str) -> bool:
+    return re.search(rf"\bis (not )?{re.escape(name)}\b|\b{re.escape(name)} is\b", text) is not None
 
 
 def _used_names(prologue: Prologue) -> set[str]:
@@ -119,17 +142,32 @@ def _index(index: tuple | None, ctx: Context) -> dict | None:
     return {"source": source, "values": encode_value(values), "self": glb["self"] is not None}
 
 
+_NESTED = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>", "<lambda>")
+
+
 def _ran(codes: dict) -> list[tuple[str, str, str]]:
+    """(module, qualname, code hash) of the user code the trace ran. Comprehensions and lambdas are part of the hash
+    of the code that defines them; generated functions (a dataclass's `__init__`) go by their function's name."""
     out = set()
     for code, glb in codes.items():
         module = glb.get("__name__") if isinstance(glb, dict) else None
-        qualname = getattr(code, "co_qualname", code.co_name)
-        if not isinstance(module, str) or "<lambda>" in qualname or "<genexpr>" in qualname:
-            if "<genexpr>" in qualname or "<lambda>" in qualname or "<listcomp>" in qualname:
-                continue  # checked through the code that defines it (nested code objects are part of its hash)
+        code_name = qualname = getattr(code, "co_qualname", code.co_name)
+        if qualname.rpartition(".")[2] in _NESTED:
+            continue
+        if "<locals>" in qualname:  # a decorator's wrapper, a generated function: found by its function's name
+            module, qualname = _function_name(code) or (module, qualname)
+        if not isinstance(module, str):
             raise NoRecipe(f"user code without a module ({qualname})")
-        out.add((module, qualname, keys.code_hash(code)))
+        out.add((module, qualname, code_name, keys.code_hash(code)))
     return [list(t) for t in out]
+
+
+def _function_name(code: Any) -> tuple[str, str] | None:
+    for f in gc.get_referrers(code):
+        if isinstance(f, types.FunctionType) and f.__code__ is code and "<locals>" not in f.__qualname__:
+            if isinstance(f.__module__, str):
+                return f.__module__, f.__qualname__
+    return None
 
 
 _UNVERSIONED = ("torch", "specengine", "builtins", "__main__")  # torch and the engine are in the program key
@@ -142,7 +180,7 @@ def _modules_named(payload: dict) -> set[str]:
     for g in payload["guards"]:
         if g["kind"] == "classes":
             mods |= {r[1] for r in g["classes"]}
-        else:
+        elif g["kind"] == "structure":
             mods |= {qual.split(":")[0] for qual, _ in g["fingerprint"][-1][1]}
     return mods
 
@@ -162,8 +200,8 @@ def _versions(modules: set[str]) -> dict[str, str | None]:
 
 def check_codes(codes: list) -> None:
     """Every user function the trace ran still has the code it had (Rejected naming the first that changed)."""
-    for module, qualname, h in codes:
-        code = keys.resolve_code(module, qualname)
+    for module, qualname, code_name, h in codes:
+        code = keys.resolve_code(module, qualname, code_name)
         if code is None:
             raise Rejected(f"{module}:{qualname} not found (code the trace ran)")
         if keys.code_hash(code) != h:
@@ -185,6 +223,9 @@ def load_entry(payload: dict, fn: Any, module: Any) -> Loaded:
     prologue = Prologue(p["name"], steps, p["returns"], glb, p["sig"])
     _check_source(prologue.source, imports=False)
     computation = _load_computation(payload["computation"])
+    if payload["output"] is not None:
+        n_params = len(p["returns"]) - len(payload["output"]["objects"])
+        computation = wrap(computation, rebuild(payload["output"]["build"], ctx), n_params)
     index = None
     if payload["index"] is not None:
         i = payload["index"]

@@ -12,7 +12,7 @@ from specengine.persist.recipes import Context, NoRecipe, describe, resolve
 from specengine.persist.signing import Rejected
 from specengine.prologue.classes import ClassGuard
 from specengine.prologue.fields import is_config_object
-from specengine.prologue.structure import StructureGuard
+from specengine.prologue.structure import ObjectsGuard, StructureGuard
 
 
 def describe_guards(guards: list, ctx: Context) -> list[dict]:
@@ -31,8 +31,11 @@ def describe_guards(guards: list, ctx: Context) -> list[dict]:
             if any(r[0] != "object" for r in classes):
                 raise NoRecipe(f"a class of {g.path} without a module and qualname")
             out.append({"kind": "classes", "path": g.path, "classes": classes})
+        elif type(g) is ObjectsGuard:
+            objects = [[path, describe(obj, ctx)] for path, obj in g.objects]
+            out.append({"kind": "objects", "objects": objects, "fingerprint": _portable_fields(g)})
         else:
-            raise NoRecipe(f"a {type(g).__name__} (config objects read outside the module)")
+            raise NoRecipe(f"a {type(g).__name__}")
     return out
 
 
@@ -48,6 +51,11 @@ def rebuild_guards(descriptions: list[dict], ctx: Context) -> None:
             found = portable_structure(g)
             if found != d["fingerprint"]:
                 raise Rejected(f"the module structure differs: {_first_difference(d['fingerprint'], found)}")
+        elif d["kind"] == "objects":
+            g = ObjectsGuard([(path, resolve(r, ctx)) for path, r in d["objects"]])
+            found = _portable_fields(g)
+            if found != d["fingerprint"]:
+                raise Rejected(f"the fields of objects read differ: {_first_difference(d['fingerprint'], found)}")
         elif d["kind"] == "classes":
             g = ClassGuard([resolve(r, ctx) for r in d["classes"]], d["path"])
         else:
@@ -70,7 +78,7 @@ def portable_structure(g: StructureGuard) -> list:
         objects[id(m)] = m
         objects[id(type(m))] = type(m)
     out, classes = [], {}
-    for k, v in sorted(g.expected.items(), key=lambda kv: kv[0]):
+    for k, v in _stable(g.expected):
         if k.endswith(": tables"):
             continue  # the prologue's tables are found again by path
         if k.endswith(": class"):
@@ -91,13 +99,46 @@ def portable_structure(g: StructureGuard) -> list:
     return json.loads(json.dumps(out))
 
 
+def _portable_fields(g: ObjectsGuard) -> list:
+    objects = {id(o): o for o in g.keep}
+    out = [[k, _portable(v, objects)] for k, v in _stable(g.expected)]
+    return json.loads(json.dumps(out))
+
+
+# Fields whose value is process-local by construction and never read by a forward pass: transformers'
+# GenerationConfig keeps `hash()` of its own repr (string hashes are salted per process) to notice later edits.
+_PROCESS_LOCAL_FIELDS = (".generation_config._original_object_hash",)
+
+
+def _stable(expected: dict) -> list:
+    """The fingerprint's items in an order and form that do not depend on the process: a set's elements are listed
+    by position (and the order of a set of strings is salted per process), so only its sorted contents count."""
+    sets = {k[len("the contents of ") :] for k, v in expected.items()
+            if k.startswith("the contents of ") and isinstance(v, tuple) and len(v) > 1 and v[1] in (set, frozenset)}  # fmt: skip
+    out = []
+    for k, v in sorted(expected.items(), key=lambda kv: kv[0]):
+        if k.endswith(_PROCESS_LOCAL_FIELDS):
+            continue
+        base, bracket, rest = k.rpartition("[")
+        if bracket and base in sets and rest.endswith("]") and rest[:-1].isdigit():
+            continue  # an element of a set, by its position: the sorted contents above stand for it
+        out.append((k, v))
+    return out
+
+
 def _portable(v: Any, objects: dict[int, Any]) -> Any:
     if isinstance(v, tuple):
         if len(v) == 2 and v[0] == "id" and type(v[1]) is int:
             obj = objects.get(v[1])
             if obj is None:
                 raise NoRecipe("an object in the module structure that the guard does not hold")
-            return ["config", keys.class_fingerprint(type(obj))] if is_config_object(obj) else keys.fingerprint(obj)
+            if is_config_object(obj):
+                return ["config", keys.class_fingerprint(type(obj))]  # its fields are items of their own
+            if isinstance(obj, (dict, list, set, tuple)):
+                return ["container", keys.qualified(type(obj))]  # compared by identity in-process; walked contents
+            return keys.fingerprint(obj)  # are items of their own
+        if len(v) == 3 and v[0] == "items" and v[1] in (set, frozenset):  # a set's items: ordered by their ids
+            return ["items", keys.qualified(v[1]), sorted((_portable(x, objects) for x in v[2]), key=json.dumps)]
         return [_portable(x, objects) for x in v]
     if isinstance(v, type):
         return keys.class_fingerprint(v)

@@ -3,6 +3,7 @@ numbers), value fingerprints, the engine's source hash, and the program key that
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -154,7 +155,7 @@ def digest(value: Any) -> str:
     return _h(value)[:40]
 
 
-def resolve_code(module: str, qualname: str) -> types.CodeType | None:
+def resolve_code(module: str, qualname: str, code_name: str | None = None) -> types.CodeType | None:
     """The code object that `qualname` names in the already imported `module` (nested functions through their
     enclosing function's constants); None where it cannot be found. Never imports anything."""
     obj: Any = sys.modules.get(module)
@@ -173,17 +174,31 @@ def resolve_code(module: str, qualname: str) -> types.CodeType | None:
             obj = obj.__func__
         elif isinstance(obj, property):
             obj = obj.fget
-    return _code_of(obj, qualname)
+    return _code_of(obj, qualname, code_name)
 
 
-def _code_of(obj: Any, qualname: str) -> types.CodeType | None:
-    for _ in range(16):  # decorators: follow __wrapped__ to the function of that name
-        code = getattr(obj, "__code__", None)
-        if isinstance(code, types.CodeType) and getattr(code, "co_qualname", code.co_name) == qualname:
-            return code
-        obj = getattr(obj, "__wrapped__", None)
+def _code_of(obj: Any, qualname: str, code_name: str | None = None) -> types.CodeType | None:
+    """The code named `qualname` along a decorator chain (`__wrapped__`); a generated function (a dataclass's
+    `__init__`, whose code is named `__create_fn__.<locals>.__init__`) by its function's qualname."""
+    chain = []
+    for _ in range(16):
         if obj is None:
-            return None
+            break
+        chain.append(obj)
+        obj = getattr(obj, "__wrapped__", None)
+    for f in list(chain):  # a wrapper without __wrapped__ holds the original in its closure
+        for cell in getattr(f, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):
+                if isinstance(cell.cell_contents, types.FunctionType):
+                    chain.append(cell.cell_contents)
+    codes = [(f, getattr(f, "__code__", None)) for f in chain]
+    codes = [(f, c) for f, c in codes if isinstance(c, types.CodeType)]
+    for _, code in codes:
+        if getattr(code, "co_qualname", code.co_name) == (code_name or qualname):
+            return code
+    for f, code in codes:
+        if getattr(f, "__qualname__", None) == qualname and getattr(code, "co_qualname", None) == code_name:
+            return code
     return None
 
 

@@ -9,6 +9,7 @@ function's globals or closure, an imported module's `__dict__`, or a part of a g
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -24,6 +25,9 @@ _ALLOWED = ("torch", "math", "operator", "builtins", "specengine", "collections"
 _TORCH_ENUMS = (torch.dtype, torch.layout, torch.memory_format)
 
 
+_NAMEDTUPLE_GLOBALS = {"_tuple_new", "__builtins__", "__name__"}
+
+
 class NoRecipe(Exception):
     """A value the disk cache cannot find again in another process (the message says which)."""
 
@@ -37,6 +41,7 @@ class Context:
     fn_globals: dict | None = None
     fn_closure: tuple | None = None
     guards: list = field(default_factory=list)
+    captured: list = field(default_factory=list)  # (kind, name, value, holder) read by the trace (specs.captured)
 
 
 def context(fn: Any, module: Any) -> Context:
@@ -186,6 +191,20 @@ def describe(v: Any, ctx: Context) -> list:
         mod = sys.modules.get(v["__name__"])
         if mod is not None and vars(mod) is v:
             return ["moddict", v["__name__"]]
+    if v is os.environ:
+        return ["environ"]
+    if isinstance(v, types.MethodType) or (isinstance(v, types.BuiltinMethodType) and isinstance(v.__self__, type)):
+        if getattr(v.__self__, v.__name__, None) == v:  # found again as that attribute of its owner
+            try:
+                return ["bound", describe(v.__self__, ctx), v.__name__]
+            except NoRecipe:
+                pass  # (a method of an object read from a closure: below)
+    if type(v) is dict and v.get("__name__", "").startswith("namedtuple_") and set(v) <= _NAMEDTUPLE_GLOBALS:
+        return ["namedtuple_globals", v["__name__"]]  # collections.namedtuple's generated __new__ reads tuple.__new__
+    if type(v) is dict:
+        found = _globals_of(v)
+        if found is not None:
+            return found
     if isinstance(v, tuple) and v and all(isinstance(c, types.CellType) for c in v):
         return _closure_of(v)
     try:
@@ -198,17 +217,69 @@ def describe(v: Any, ctx: Context) -> list:
     sentinel = _engine_sentinel(v)
     if sentinel is not None:
         return sentinel
+    found = _module_global(v, ctx)
+    if found is not None:
+        return found
     raise NoRecipe(f"a {type(v).__name__} object ({_short(v)}) has no recipe")
 
 
 def _closure_of(cells: tuple) -> list:
-    """The closure of a named function (a helper the trace ran, a method using `super()`)."""
+    """The closure of a named function (a helper the trace ran, a method using `super()`, a decorator's wrapper found
+    through the `__wrapped__` chain of the name it decorates)."""
     for f in gc.get_referrers(cells):
-        if isinstance(f, types.FunctionType) and f.__closure__ is cells:
+        if not (isinstance(f, types.FunctionType) and f.__closure__ is cells):
+            continue
+        mod, qual = f.__module__, f.__qualname__
+        if not (isinstance(mod, str) and isinstance(qual, str)) or "<locals>" in qual or "<lambda>" in qual:
+            continue
+        try:
+            chain = _wrapped_chain(_lookup(mod, qual))
+        except (LookupError, AttributeError):
+            continue
+        for depth, g in enumerate(chain):
+            if g is f:
+                return ["closure", mod, qual, depth, keys.fingerprint(f)]
+    raise NoRecipe("the closure of a function without a module and qualname")
+
+
+def _globals_of(d: dict) -> list | None:
+    """The `__globals__` of a named function that is not a module's dict (a namedtuple's generated methods)."""
+    for f in gc.get_referrers(d):
+        if isinstance(f, types.FunctionType) and f.__globals__ is d:
             named = _named(f)
             if named is not None:
-                return ["closure", *named[1:]]
-    raise NoRecipe("the closure of a function without a module and qualname")
+                return ["fn_globals_of", *named[1:]]
+    return None
+
+
+def _wrapped_chain(obj: Any) -> list:
+    out = []
+    for _ in range(16):
+        if obj is None:
+            break
+        out.append(obj)
+        obj = getattr(obj, "__wrapped__", None)
+    return out
+
+
+def _module_global(v: Any, ctx: Context) -> list | None:
+    """An object the trace read as a module's global or attribute (a logger, a registry, a config instance):
+    found again under that name, with its content fingerprint (its fields are guarded by an ObjectsGuard)."""
+    for kind, name, value, holder in ctx.captured:
+        if value is not v:
+            continue
+        if kind in ("global", "attr") and isinstance(holder, dict):
+            module = holder.get("__name__")
+            key = name if kind == "global" else name[0]
+            if isinstance(module, str) and sys.modules.get(module) is not None and vars(sys.modules[module]) is holder:
+                return ["global", module, key, keys.fingerprint(v)]
+        elif kind == "cell" and isinstance(holder, tuple):
+            try:
+                where = ["fn_closure"] if holder is ctx.fn_closure else _closure_of(holder)
+            except NoRecipe:
+                continue
+            return ["cell", where, name[0], keys.fingerprint(v)]
+    return None
 
 
 def _short(v: Any) -> str:
@@ -219,7 +290,7 @@ def _short(v: Any) -> str:
 def _guard_part(g: Any, v: Any) -> list | None:
     if v is g:
         return ["self"]
-    if v is getattr(g, "seen", None):
+    if hasattr(g, "seen") and v is g.seen:
         return ["seen"]
     stamp = getattr(g, "stamp", None)
     if stamp is not None and isinstance(v, types.MethodType) and v.__self__ is stamp and v.__name__ == "fresh":
@@ -271,9 +342,30 @@ def resolve(r: list, ctx: Context) -> Any:
             if keys.fingerprint(v) != r[3]:
                 raise Rejected(f"{r[1]}.{r[2]} changed since the entry was saved")
             return v
-        elif kind == "closure":
+        elif kind == "global":
+            v = vars(sys.modules[r[1]])[r[2]]
+            if keys.fingerprint(v) != r[3]:
+                raise Rejected(f"the global {r[1]}.{r[2]} changed since the entry was saved")
+            return v
+        elif kind == "cell":
+            v = resolve(r[1], ctx)[r[2]].cell_contents
+            if keys.fingerprint(v) != r[3]:
+                raise Rejected(f"a closure variable changed since the entry was saved ({r[1][1:3]})")
+            return v
+        elif kind == "namedtuple_globals":
+            return {"_tuple_new": tuple.__new__, "__builtins__": __builtins__, "__name__": r[1]}
+        elif kind == "environ":
+            return os.environ
+        elif kind == "bound":
+            return getattr(resolve(r[1], ctx), r[2])
+        elif kind == "fn_globals_of":
             fn = _lookup(r[1], r[2])
             if keys.fingerprint(fn) != r[3]:
+                raise Rejected(f"{r[1]}.{r[2]} changed since the entry was saved")
+            return fn.__globals__
+        elif kind == "closure":
+            fn = _wrapped_chain(_lookup(r[1], r[2]))[r[3]]
+            if keys.fingerprint(fn) != r[4]:
                 raise Rejected(f"{r[1]}.{r[2]} changed since the entry was saved")
             return fn.__closure__
         elif kind == "engine":

@@ -225,6 +225,7 @@ def _object_bumping(original: Callable) -> Callable:
             return original(self, *args)
 
         wrapper.__name__ = getattr(original, "__name__", "wrapper")
+        wrapper.__wrapped__ = original  # (the disk cache finds the class's own code through it: specengine/persist)
         wrapper._bumps_epoch = True
     return wrapper
 
