@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from specengine.ir.literals import exact_key, show
 from specengine.prologue import classes, stamps
 from specengine.prologue.external import has_value_semantics, user_class, user_function, user_module_object
 
@@ -107,23 +108,24 @@ class _Walk:
     def dict_items(self, d: dict, depth: int, path: str, attrs: bool = False) -> tuple:
         self.tags.append(stamps._tag_reader(d))
         self.keep.append(d)
-        self.leaf(f"{path}: keys", None, lambda: ("value", repr(list(d))))
-        at = (lambda k: f"{path}.{k}") if attrs else (lambda k: f"{path}[{k!r}]")
+        self.leaf(f"{path}: keys", None, lambda: ("value", show(list(d))))
+        at = (lambda k: f"{path}.{k if type(k) is str else show(k)}") if attrs else (lambda k: f"{path}[{show(k)}]")
         return tuple((self.key(k, depth, f"{path}: a key"), self.key(x, depth, at(k))) for k, x in dict.items(d))
 
     def key(self, v: Any, depth: int = 0, path: str = "") -> Any:
         t = type(v)
         if t in (int, str, bytes, bool, type(None)) or v is Ellipsis or v is NotImplemented:
-            return self.leaf(path, (t, v), lambda: ("value", repr(v)))
+            return self.leaf(path, (t, v), lambda: ("value", show(v)))
         if t in (float, complex):
-            return self.leaf(path, (t, repr(v)), lambda: ("value", repr(v)))
+            return self.leaf(path, exact_key(v), lambda: ("value", show(v)))
         if isinstance(v, torch.Tensor):  # an input, or lifted: the prologue checks the place that held it
             return ("tensor",)
         if t in (tuple, frozenset, torch.Size) and has_value_semantics(v):
             return self.leaf(path, (t, frozenset(map(self.key, v)) if t is frozenset else tuple(map(self.key, v))),
-                             lambda: ("value", repr(v)))  # fmt: skip
+                             lambda: ("value", show(v)))  # fmt: skip
         if has_value_semantics(v):  # a device, a slice, a range
-            return self.leaf(path, ("value", t, repr(v)), lambda: ("value", repr(v)))
+            key = (v.start, v.stop, v.step) if t is range else exact_key(v)  # (never the class's own repr)
+            return self.leaf(path, ("value", t, key), lambda: ("value", show(v)))
         if depth > _DEPTH or id(v) in self._active or not needs_contents(v):
             return self.ident(v, path)
         self._active.add(id(v))
@@ -141,16 +143,16 @@ class _Walk:
                 self.keep.append(v)
             if isinstance(v, (set, frozenset)):
                 inner: Any = frozenset(self.key(x, depth) for x in v)
-                self.leaf(path, None, lambda: ("value", repr(v)))
+                self.leaf(path, None, lambda: ("value", show(v)))
             else:
-                self.leaf(f"len({path})", None, ("value", repr(len(v))))
+                self.leaf(f"len({path})", None, ("value", show(len(v))))
                 inner = tuple(self.key(x, depth, f"{path}[{i}]") for i, x in enumerate(v))
             return (t, inner, self._instance_dict(v, t, depth, path))
         if t is types.MappingProxyType:
             self.seqs.append(v)  # its items by identity (no tag is reachable through the proxy)
             self.keep.append(v)
-            self.leaf(f"{path}: keys", None, lambda: ("value", repr(list(v))))
-            return (t, tuple((self.key(k, depth), self.key(x, depth, f"{path}[{k!r}]")) for k, x in v.items()))
+            self.leaf(f"{path}: keys", None, lambda: ("value", show(list(v))))
+            return (t, tuple((self.key(k, depth), self.key(x, depth, f"{path}[{show(k)}]")) for k, x in v.items()))
         if isinstance(v, functools.partial):
             self.attrs.append((v, ("func", "args", "keywords")))
             self.keep.append(v)
@@ -215,7 +217,7 @@ class _Walk:
             if c is object or not user_class(c):
                 continue
             items = sorted((k, x) for k, x in vars(c).items() if type(k) is str and k not in _SKIP_CLASS_KEYS)
-            self.leaf(f"{c.__name__}: attributes", None, ("value", repr([k for k, _ in items])))
+            self.leaf(f"{c.__name__}: attributes", None, ("value", show([k for k, _ in items])))
             members = tuple((k, self._member(c, k, x, depth, f"{c.__name__}.{k}")) for k, x in items)
             spaces.append((id(c), members))
         return ("cls", id(cls), tuple(map(id, cls.__mro__)), tuple(spaces))
