@@ -226,8 +226,8 @@ class _Walk:
         """A class attribute; the closure cells of a method defined in the class body by identity (they hold what
         it logs to: a list its calls append to outside the trace must not make every call a new entry). A function
         made elsewhere and stored on the class (`H.helper = make_fn(2)`) keeps its cells' contents."""
-        own = getattr(x, "__qualname__", None) == f"{c.__qualname__}.{name}"
-        if type(x) is types.FunctionType and own and needs_contents(x) and depth <= _DEPTH:
+        own = type(x) is types.FunctionType and x.__qualname__ == f"{c.__qualname__}.{name}"
+        if own and needs_contents(x) and depth <= _DEPTH:
             return self._function(x, depth + 1, path, cells_deep=False)
         return self.key(x, depth, path)
 
