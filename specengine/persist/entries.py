@@ -15,7 +15,17 @@ from specengine.ir.trace import trace_globals
 from specengine.persist import keys
 from specengine.persist.guards import describe_guards, rebuild_guards
 from specengine.persist.outputs import describe_plan, rebuild, wrap
-from specengine.persist.recipes import Context, NoRecipe, context, decode_value, describe, encode_value, resolve
+from specengine.persist.recipes import (
+    Context,
+    NoRecipe,
+    context,
+    decode_constant,
+    decode_value,
+    describe,
+    encode_constant,
+    encode_value,
+    resolve,
+)
 from specengine.persist.signing import Rejected
 from specengine.prologue.codegen import Check, Guard, Prologue
 
@@ -108,7 +118,8 @@ def _computation(final: Any) -> dict:
             found = spaces.setdefault(module, {})
             if bsym.sym.name not in found:
                 found[bsym.sym.name] = _symbol_recipe(module, bsym.sym.name, bsym.sym.impl)
-    return {"name": final.name, "source": final.python(), "namespaces": spaces}
+    constants = {name: encode_constant(v) for name, v in final.constants().items()}
+    return {"name": final.name, "source": final.python(), "namespaces": spaces, "constants": constants}
 
 
 def _symbol_recipe(module: str, name: str, impl: Any) -> list:
@@ -246,10 +257,15 @@ def _load_computation(c: dict) -> Any:
                 setattr(ns, name, _find_attr(r[1], r[2]))
             except (LookupError, AttributeError):
                 raise Rejected(f"executor symbol {r[1]}.{r[2]} not found") from None
+    for name, r in c.get("constants", {}).items():
+        if not (_NAME.fullmatch(name) and name.startswith("_c")) or name in glb:
+            raise Rejected(f"constant name {name!r}")
+        glb[name] = decode_constant(r)
     _check_source(c["source"], imports=True)
     return exec_source(c["source"], c["name"], glb)
 
 
+_FUNC_CODE = re.compile(r"\b_func_\d+\.__code__ is (not )?_[A-Za-z0-9_]+\b")
 _FORBIDDEN = re.compile(
     r"\b(import|__import__|exec|eval|compile|open|breakpoint|__builtins__|__globals__|"
     r"__subclasses__|__code__|__reduce__|globals|locals)\b"
@@ -259,7 +275,7 @@ _FORBIDDEN = re.compile(
 def _check_source(source: str, imports: bool) -> None:
     """Defence in depth behind the signature: engine-generated source imports nothing beyond the trace header and
     names none of the builtins that reach outside (a user string that happens to name one is only a miss)."""
-    body = source
+    body = source if imports else _FUNC_CODE.sub("", source)  # the guard on the compiled function's own code
     if imports:
         header, sep, body = source.partition("\n\ndef ")
         lines = [ln for ln in header.splitlines() if ln and not ln.startswith("#")]

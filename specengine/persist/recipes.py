@@ -8,7 +8,9 @@ function's globals or closure, an imported module's `__dict__`, or a part of a g
 
 from __future__ import annotations
 
+import enum
 import gc
+import json
 import os
 import sys
 import types
@@ -20,6 +22,7 @@ import torch
 from specengine.persist import keys
 from specengine.persist.signing import Rejected
 from specengine.prologue import structure
+from specengine.prologue.contents import Contents, key_and_objects
 
 _ALLOWED = ("torch", "math", "operator", "builtins", "specengine", "collections", "functools", "typing", "_operator")
 _TORCH_ENUMS = (torch.dtype, torch.layout, torch.memory_format)
@@ -40,6 +43,8 @@ class Context:
     module: Any = None
     fn_globals: dict | None = None
     fn_closure: tuple | None = None
+    fn_code: Any = None  # the compiled function's own `__code__` (its hash is in the program key)
+    fn: Any = None  # the compiled function itself (the plain function under a module's bound `forward`)
     guards: list = field(default_factory=list)
     captured: list = field(default_factory=list)  # (kind, name, value, holder) read by the trace (specs.captured)
 
@@ -47,7 +52,9 @@ class Context:
 def context(fn: Any, module: Any) -> Context:
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
     func = getattr(target, "__func__", target)
-    return Context(module, getattr(func, "__globals__", None), getattr(func, "__closure__", None))
+    code = getattr(func, "__code__", None)
+    return Context(module, getattr(func, "__globals__", None), getattr(func, "__closure__", None),
+                   code if isinstance(code, types.CodeType) else None, func)  # fmt: skip
 
 
 # ---- values with a type tag --------------------------------------------------------------------------------------
@@ -112,6 +119,142 @@ def decode_value(d: Any) -> Any:
             raise Rejected(f"torch.{d['v']} is not a dtype, layout or memory format")
         return v
     raise Rejected(f"unknown value tag {t!r}")
+
+
+# ---- values of a known type held by reference (Enum members, numpy scalars and arrays) --------------------------
+
+
+def encode_typed(v: Any) -> list | None:
+    """A typed-value recipe for a constant held by reference: an Enum member by its class's module and qualname and
+    its name (with its value's fingerprint), a numpy scalar or array by dtype, shape and bytes; None otherwise."""
+    np = sys.modules.get("numpy")
+    if isinstance(v, enum.Enum):
+        cls = type(v)
+        mod, qual = cls.__module__, cls.__qualname__
+        if not isinstance(mod, str) or "<locals>" in qual:
+            return None
+        try:
+            if _lookup(mod, qual) is not cls or cls[v.name] is not v:
+                return None
+        except (LookupError, AttributeError, KeyError):
+            return None
+        return ["enum", mod, qual, v.name, keys.fingerprint(v.value)]
+    if np is not None and isinstance(v, (np.ndarray, np.generic)) and type(v).__module__ == "numpy":
+        if v.dtype.kind not in "biufc" or (isinstance(v, np.ndarray) and type(v) is not np.ndarray):
+            return None
+        shape = list(v.shape) if isinstance(v, np.ndarray) else None
+        return ["numpy", v.dtype.str, shape, np.ascontiguousarray(v).tobytes().hex()]
+    return None
+
+
+def decode_typed(d: list) -> Any:
+    if d[0] == "enum":
+        cls = _lookup(d[1], d[2])
+        if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+            raise Rejected(f"{d[1]}.{d[2]} is not an Enum")
+        member = cls[d[3]]
+        if keys.fingerprint(member.value) != d[4]:
+            raise Rejected(f"{d[1]}.{d[2]}.{d[3]} changed since the entry was saved")
+        return member
+    if d[0] == "numpy":
+        np = sys.modules.get("numpy")
+        if np is None:
+            raise Rejected("numpy is not imported")
+        dtype = np.dtype(d[1])
+        if dtype.kind not in "biufc":
+            raise Rejected(f"numpy dtype {d[1]}")
+        arr = np.frombuffer(bytes.fromhex(d[3]), dtype=dtype)
+        if d[2] is None:
+            return arr.reshape(())[()]
+        arr = arr.reshape(d[2]).copy()
+        arr.flags.writeable = False
+        return arr
+    raise Rejected(f"unknown typed value {d[0]!r}")
+
+
+def encode_constant(v: Any) -> list:
+    """A computation's non-literal constant (`Trace.constants()`): a value or a typed value (NoRecipe else)."""
+    try:
+        return ["value", encode_value(v)]
+    except NoRecipe:
+        pass
+    typed = encode_typed(v)
+    if typed is None:
+        raise NoRecipe(f"the constant {_short(v)} held by reference")
+    return ["typed", typed]
+
+
+def decode_constant(r: list) -> Any:
+    if r[0] == "value":
+        return decode_value(r[1])
+    if r[0] == "typed":
+        return decode_typed(r[1])
+    raise Rejected(f"unknown constant recipe {r[0]!r}")
+
+
+# ---- content fingerprints (prologue/contents.py) -----------------------------------------------------------------
+
+
+def _contents(c: Contents, ctx: Context) -> list:
+    """A `Contents` check: its object's recipe and its fingerprint made portable (rebuilt and compared at load)."""
+    obj = describe(c.obj, ctx)
+    return ["contents", obj, c.text, portable_key(c.obj, ctx, c.expected)]
+
+
+def portable_key(v: Any, ctx: Context, expected: Any = None) -> Any:
+    """`contents.key(v)` as JSON: objects compared by identity named by their recipes (NoRecipe where one has
+    none). With `expected`, NoRecipe unless `v` still has that fingerprint."""
+    k, objects = key_and_objects(v)
+    if expected is not None and k != expected:
+        raise NoRecipe(f"{_short(v)} changed since it was traced")
+    return _portable(k, objects, ctx)
+
+
+def _portable(k: Any, objects: dict, ctx: Context) -> Any:
+    if isinstance(k, tuple) and len(k) >= 2 and k[0] in ("id", "T", "of") and type(k[1]) is int:
+        if k[0] != "id" or k[1] not in objects:
+            raise NoRecipe("a fingerprint part that cannot be described portably")
+        return ["@", describe(objects[k[1]], ctx)]
+    if isinstance(k, tuple):
+        return ["(", *(_portable(x, objects, ctx) for x in k)]
+    if isinstance(k, frozenset):
+        items = [_portable(x, objects, ctx) for x in k]
+        return ["{", *sorted(items, key=lambda x: json.dumps(x, sort_keys=True))]
+    if isinstance(k, type):
+        mod, qual = k.__module__, k.__qualname__
+        try:
+            found = _lookup(mod, qual) is k
+        except (LookupError, AttributeError):
+            found = False
+        if not found and not (mod == "builtins" and getattr(__builtins__, qual, None) is k):
+            raise NoRecipe(f"the class {mod}.{qual} in a fingerprint")
+        return ["type", mod, qual]
+    if isinstance(k, float):
+        return ["float", k.hex()]
+    if isinstance(k, complex):
+        return ["complex", k.real.hex(), k.imag.hex()]
+    if isinstance(k, bytes):
+        return ["bytes", k.hex()]
+    if k is None or type(k) in (bool, int, str):
+        return [type(k).__name__, k]
+    if k is Ellipsis or k is NotImplemented:
+        return [repr(k)]
+    try:
+        return ["value", encode_value(k)]  # a dtype, a device
+    except NoRecipe:
+        pass
+    raise NoRecipe(f"a {type(k).__name__} in a fingerprint")
+
+
+def _rebuild_contents(r: list, ctx: Context) -> Contents:
+    obj = resolve(r[1], ctx)
+    try:
+        now = portable_key(obj, ctx)
+    except NoRecipe as e:
+        raise Rejected(f"the contents of {r[2]} cannot be compared: {e}") from None
+    if json.dumps(now, sort_keys=True) != json.dumps(r[3], sort_keys=True):
+        raise Rejected(f"the contents of {r[2]} changed since the entry was saved")
+    return Contents(obj, r[2])
 
 
 # ---- objects by name ---------------------------------------------------------------------------------------------
@@ -180,6 +323,10 @@ def describe(v: Any, ctx: Context) -> list:
         return ["fn_globals"]
     if v is not None and v is ctx.fn_closure:
         return ["fn_closure"]
+    if v is not None and v is ctx.fn_code:
+        return ["fn_code"]
+    if isinstance(v, Contents):
+        return _contents(v, ctx)
     table = _table(ctx, v)
     if table is not None:
         return table
@@ -211,6 +358,9 @@ def describe(v: Any, ctx: Context) -> list:
         return ["value", encode_value(v)]
     except NoRecipe:
         pass
+    typed = encode_typed(v)
+    if typed is not None:
+        return ["typed", typed]
     named = _named(v)
     if named is not None:
         return named
@@ -220,6 +370,8 @@ def describe(v: Any, ctx: Context) -> list:
     found = _module_global(v, ctx)
     if found is not None:
         return found
+    if v is not None and v is ctx.fn and isinstance(v, types.FunctionType):
+        return ["fn"]  # (its code is in the program key; its defaults and attributes have guards of their own)
     raise NoRecipe(f"a {type(v).__name__} object ({_short(v)}) has no recipe")
 
 
@@ -326,6 +478,18 @@ def resolve(r: list, ctx: Context) -> Any:
             return ctx.fn_globals
         elif kind == "fn_closure":
             return ctx.fn_closure
+        elif kind == "fn_code":
+            if ctx.fn_code is None:
+                raise Rejected("the compiled function has no code object")
+            return ctx.fn_code
+        elif kind == "fn":
+            if not isinstance(ctx.fn, types.FunctionType):
+                raise Rejected("the entry needs a plain function")
+            return ctx.fn
+        elif kind == "contents":
+            return _rebuild_contents(r, ctx)
+        elif kind == "typed":
+            return decode_typed(r[1])
         elif kind == "table":
             m = ctx.module.get_submodule(r[1])
             return vars(m) if r[2] == "__dict__" else m.__dict__[r[2]]

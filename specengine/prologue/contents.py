@@ -277,6 +277,13 @@ def key(value: Any) -> Any:
     return _Walk().key(value)
 
 
+def key_and_objects(value: Any) -> tuple[Any, dict[int, Any]]:
+    """`value`'s fingerprint and the objects it names by identity, by id (for the disk cache's portable form)."""
+    walk = _Walk()
+    k = walk.key(value)
+    return k, {id(o): o for o in walk.keep}
+
+
 class Contents:
     """The prologue's check of one object the trace read: `guard(v)` is True when `v` has the fingerprint seen at
     compile time. The same object (for a bound method: the same `__func__` and `__self__`) under an unchanged stamp
