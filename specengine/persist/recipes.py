@@ -8,6 +8,7 @@ function's globals or closure, an imported module's `__dict__`, or a part of a g
 
 from __future__ import annotations
 
+import builtins
 import enum
 import gc
 import json
@@ -210,6 +211,13 @@ def portable_key(v: Any, ctx: Context, expected: Any = None) -> Any:
     return _portable(k, objects, ctx)
 
 
+_BUILTIN_TYPES = frozenset(
+    t
+    for t in (*vars(types).values(), *vars(builtins).values(), type(None), type(Ellipsis), type(NotImplemented))
+    if isinstance(t, type) and t.__module__ == "builtins"
+)  # (their (module, qualname) names them alone: `function`, `NoneType`)
+
+
 def _portable(k: Any, objects: dict, ctx: Context) -> Any:
     if isinstance(k, tuple) and len(k) >= 2 and k[0] in ("id", "T", "of") and type(k[1]) is int:
         if k[0] != "id" or k[1] not in objects:
@@ -226,7 +234,7 @@ def _portable(k: Any, objects: dict, ctx: Context) -> Any:
             found = _lookup(mod, qual) is k
         except (LookupError, AttributeError):
             found = False
-        if not found and not (mod == "builtins" and getattr(__builtins__, qual, None) is k):
+        if not found and k not in _BUILTIN_TYPES:
             raise NoRecipe(f"the class {mod}.{qual} in a fingerprint")
         return ["type", mod, qual]
     if isinstance(k, float):
