@@ -198,7 +198,9 @@ def decode_constant(r: list) -> Any:
 
 def _contents(c: Contents, ctx: Context) -> list:
     """A `Contents` check: its object's recipe and its fingerprint made portable (rebuilt and compared at load)."""
-    obj = describe(c.obj, ctx)
+    obj = _ref(c.obj, ctx)
+    if obj[0] == "code":
+        raise NoRecipe("a code object's contents")
     return ["contents", obj, c.text, portable_key(c.obj, ctx, c.expected)]
 
 
@@ -218,11 +220,46 @@ _BUILTIN_TYPES = frozenset(
 )  # (their (module, qualname) names them alone: `function`, `NoneType`)
 
 
+def _ref(o: Any, ctx: Context) -> list:
+    """An object a fingerprint names by identity: a module by its name, a code object by its hash, else its recipe."""
+    if isinstance(o, types.ModuleType) and sys.modules.get(o.__name__) is o:
+        return ["modname", o.__name__]
+    if isinstance(o, types.CodeType):
+        return ["code", keys.code_hash(o)]
+    return describe(o, ctx)
+
+
+def _shaped(k: tuple, objects: dict, ctx: Context) -> list | None:
+    """The fingerprint shapes that hold bare ids (a function, a class, a module, an object): each id by `_ref`."""
+    tag, ident = k[0], k[1]
+    if tag not in ("fn", "cls", "mod", "obj") or type(ident) is not int:
+        return None
+    if ident not in objects:
+        raise NoRecipe("a fingerprint part that cannot be described portably")
+    o = objects[ident]
+    rest = k[2:]
+    if tag == "fn":
+        if rest[0] != id(o.__code__):
+            raise NoRecipe("a function whose code changed while it was fingerprinted")
+        return ["fn", _ref(o, ctx), _ref(o.__code__, ctx), *(_portable(x, objects, ctx) for x in rest[1:])]
+    if tag == "cls":
+        mro = {id(c): c for c in o.__mro__}
+        if rest[0] != tuple(mro):
+            raise NoRecipe("a class whose bases changed while it was fingerprinted")
+        spaces = [[_ref(mro[i], ctx), _portable(members, objects, ctx)] for i, members in rest[1]]
+        return ["cls", _ref(o, ctx), [_ref(c, ctx) for c in o.__mro__], spaces]
+    return [tag, _ref(o, ctx), *(_portable(x, objects, ctx) for x in rest)]
+
+
 def _portable(k: Any, objects: dict, ctx: Context) -> Any:
     if isinstance(k, tuple) and len(k) >= 2 and k[0] in ("id", "T", "of") and type(k[1]) is int:
         if k[0] != "id" or k[1] not in objects:
             raise NoRecipe("a fingerprint part that cannot be described portably")
-        return ["@", describe(objects[k[1]], ctx)]
+        return ["@", _ref(objects[k[1]], ctx)]
+    if isinstance(k, tuple) and len(k) >= 2:
+        shaped = _shaped(k, objects, ctx)
+        if shaped is not None:
+            return shaped
     if isinstance(k, tuple):
         return ["(", *(_portable(x, objects, ctx) for x in k)]
     if isinstance(k, frozenset):
@@ -255,7 +292,10 @@ def _portable(k: Any, objects: dict, ctx: Context) -> Any:
 
 
 def _rebuild_contents(r: list, ctx: Context) -> Contents:
-    obj = resolve(r[1], ctx)
+    if r[1][0] == "modname":  # (a user module: never imported here, and its contents are compared below)
+        obj = sys.modules[r[1][1]]
+    else:
+        obj = resolve(r[1], ctx)
     try:
         now = portable_key(obj, ctx)
     except NoRecipe as e:
