@@ -46,6 +46,7 @@ class Context:
     fn_closure: tuple | None = None
     fn_code: Any = None  # the compiled function's own `__code__` (its hash is in the program key)
     fn: Any = None  # the compiled function itself (the plain function under a module's bound `forward`)
+    known: dict = field(default_factory=dict)  # at load: id -> (object, recipe) of the objects a fingerprint named
     guards: list = field(default_factory=list)
     captured: list = field(default_factory=list)  # (kind, name, value, holder) read by the trace (specs.captured)
 
@@ -226,6 +227,9 @@ def _ref(o: Any, ctx: Context) -> list:
         return ["modname", o.__name__]
     if isinstance(o, types.CodeType):
         return ["code", keys.code_hash(o)]
+    known = ctx.known.get(id(o))
+    if known is not None and known[0] is o:
+        return known[1]
     return describe(o, ctx)
 
 
@@ -291,11 +295,33 @@ def _portable(k: Any, objects: dict, ctx: Context) -> Any:
     raise NoRecipe(f"a {type(k).__name__} in a fingerprint")
 
 
+_REF_AT = {"@": (1,), "fn": (1,), "mod": (1,), "obj": (1,)}
+
+
+def _resolve_refs(p: Any, ctx: Context) -> None:
+    """At load: the objects a saved fingerprint names (those found), so that the same ones are named alike now."""
+    if not isinstance(p, list) or not p:
+        return
+    refs = [p[i] for i in _REF_AT.get(p[0], ())] if isinstance(p[0], str) else []
+    if p[0] == "cls" and len(p) == 4:
+        refs = [p[1], *p[2], *(s[0] for s in p[3])]
+    for ref in refs:
+        if isinstance(ref, list) and ref and ref[0] not in ("code", "modname", "contents"):
+            try:
+                o = resolve(ref, ctx)
+            except Rejected:
+                continue
+            ctx.known[id(o)] = (o, ref)
+    for x in p[1:]:
+        _resolve_refs(x, ctx)
+
+
 def _rebuild_contents(r: list, ctx: Context) -> Contents:
     if r[1][0] == "modname":  # (a user module: never imported here, and its contents are compared below)
         obj = sys.modules[r[1][1]]
     else:
         obj = resolve(r[1], ctx)
+    _resolve_refs(r[3], ctx)
     try:
         now = portable_key(obj, ctx)
     except NoRecipe as e:
