@@ -47,6 +47,7 @@ class Context:
     fn_code: Any = None  # the compiled function's own `__code__` (its hash is in the program key)
     fn: Any = None  # the compiled function itself (the plain function under a module's bound `forward`)
     known: dict = field(default_factory=dict)  # at load: id -> (object, recipe) of the objects a fingerprint named
+    members: dict = field(default_factory=dict)  # id -> (object, recipe) of class attributes a fingerprint read
     guards: list = field(default_factory=list)
     captured: list = field(default_factory=list)  # (kind, name, value, holder) read by the trace (specs.captured)
 
@@ -230,7 +231,13 @@ def _ref(o: Any, ctx: Context) -> list:
     known = ctx.known.get(id(o))
     if known is not None and known[0] is o:
         return known[1]
-    return describe(o, ctx)
+    try:
+        return describe(o, ctx)
+    except NoRecipe:
+        member = ctx.members.get(id(o))
+        if member is None or member[0] is not o:
+            raise
+        return member[1]  # (a property, a staticmethod of a class fingerprinted with it: `Enum.__new__`)
 
 
 def _shaped(k: tuple, objects: dict, ctx: Context) -> list | None:
@@ -250,6 +257,10 @@ def _shaped(k: tuple, objects: dict, ctx: Context) -> list | None:
         mro = {id(c): c for c in o.__mro__}
         if rest[0] != tuple(mro):
             raise NoRecipe("a class whose bases changed while it was fingerprinted")
+        for i, _ in rest[1]:
+            cref = _ref(mro[i], ctx)
+            for name, x in vars(mro[i]).items():
+                ctx.members.setdefault(id(x), (x, ["member", cref, name]))
         spaces = [[_ref(mro[i], ctx), _portable(members, objects, ctx)] for i, members in rest[1]]
         return ["cls", _ref(o, ctx), [_ref(c, ctx) for c in o.__mro__], spaces]
     return [tag, _ref(o, ctx), *(_portable(x, objects, ctx) for x in rest)]
