@@ -4,11 +4,13 @@ tests/test_persist_processes.py."""
 
 from __future__ import annotations
 
+import enum
 import os
 import stat
 import types
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -220,3 +222,59 @@ def test_outputs_of_their_own_type_are_rebuilt_from_disk(disk):
     out = again(x)
     assert specengine.cache_misses(again) == 0
     assert type(out) is Pair and torch.equal(out.a, x + 1) and torch.equal(out.b["double"], x * 2)
+
+
+class _Mode(enum.IntEnum):
+    A = 2
+    B = 3
+
+
+_ARR = np.array([1.5, -0.0, 2.0], dtype=np.float32)
+
+
+def _with_typed_constants(x, m):
+    return x * m + torch.as_tensor(_ARR)
+
+
+def _with_a_numpy_scalar(x, s):
+    return x * s
+
+
+def test_enum_members_and_numpy_constants_are_saved_by_type_and_checked_at_load(disk):
+    """Constants held by reference (ir/literals.py) and content fingerprints of a user Enum class (prologue/contents.py)
+    are saved as typed values and recipes; a new compiled function loads them, and a changed array retraces."""
+    cases = (
+        (_with_typed_constants, (_Mode.B,)),
+        (_with_typed_constants, (_Mode.A,)),
+        (_with_a_numpy_scalar, (np.float64(2.5),)),
+    )
+    for fn, extra in cases:
+        c = specengine.compile(fn)
+        for n in (0, 1, 2):
+            c(torch.ones(n, 3), *extra)
+        assert {e.stats.get("not_saved") for e in specengine.cache_entries(c)} == {None}
+    for fn, extra in cases:
+        again = specengine.compile(fn)
+        for n in (0, 1, 2):
+            x = torch.randn(n, 3)
+            torch.testing.assert_close(again(x, *extra), fn(x, *extra), rtol=0, atol=0)
+        assert specengine.cache_misses(again) == 0
+        assert {e.stats["origin"] for e in specengine.cache_entries(again)} == {"disk"}
+    old = _ARR.copy()
+    _ARR[1] = 0.0  # -0.0 -> 0.0: another array for a guard comparing bytes
+    try:
+        third = specengine.compile(_with_typed_constants)
+        x = torch.ones(2, 3)
+        torch.testing.assert_close(third(x, _Mode.B), _with_typed_constants(x, _Mode.B), rtol=0, atol=0)
+        assert specengine.cache_misses(third) == 1
+    finally:
+        _ARR[:] = old
+
+
+def test_the_compiled_functions_own_code_guard_is_kept_in_a_loaded_entry(disk):
+    c = specengine.compile(scaled)
+    c(torch.ones(2), 3)
+    again = specengine.compile(scaled)
+    again(torch.ones(2), 3)
+    assert specengine.cache_misses(again) == 0
+    assert ".__code__ is not _" in str(specengine.last_prologue(again))  # (never dropped)
