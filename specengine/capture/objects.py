@@ -239,24 +239,31 @@ class _Planner:
         elements = [self.value(x) for x in list.__iter__(v)] if isinstance(v, list) else None
         self.active.discard(key)
 
-        def build(r: tuple, o: tuple, m: dict) -> Any:
-            obj = m.get(key)
-            if obj is None:
-                obj = m[key] = cls.__new__(cls)
-                if items is not None:
-                    dict.update(obj, {k: f(r, o, m) for k, f in items})
-                if elements is not None:
-                    list.extend(obj, [f(r, o, m) for f in elements])
-                obj.__dict__.update({a: f(r, o, m) for a, f in state})
-            return obj
-
-        return _described(build, "new", key, cls, state, items, elements)
+        return _described(object_build(cls, key, state, items, elements), "new", key, cls, state, items, elements)
 
 
 def _described(build: Build, *recipe: Any) -> Build:
     """`build` with what it builds as data (`build.recipe`: a kind and its parts, sub-builds included), from which
     the disk cache (specengine/persist) rebuilds it in another process."""
     build.recipe = recipe
+    return build
+
+
+def object_build(cls: type, key: Any, state: list, items: list | None, elements: list | None) -> Build:
+    """A new object of `cls` built once per call (memo `key`) without its `__init__`: dict items, list elements and
+    `__dict__` entries from their builds."""
+
+    def build(r: tuple, o: tuple, m: dict) -> Any:
+        obj = m.get(key)
+        if obj is None:
+            obj = m[key] = cls.__new__(cls)
+            if items is not None:
+                dict.update(obj, {k: f(r, o, m) for k, f in items})
+            if elements is not None:
+                list.extend(obj, [f(r, o, m) for f in elements])
+            obj.__dict__.update({a: f(r, o, m) for a, f in state})
+        return obj
+
     return build
 
 

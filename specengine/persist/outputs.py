@@ -9,6 +9,7 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
+from specengine.capture.objects import object_build
 from specengine.persist.recipes import Context, NoRecipe, describe, resolve
 from specengine.persist.signing import Rejected
 
@@ -84,20 +85,7 @@ def _new(recipe: list, ctx: Context) -> Callable:
     state = [(a, rebuild(b, ctx)) for a, b in state_r]
     items = None if items_r is None else [(resolve(k, ctx), rebuild(b, ctx)) for k, b in items_r]
     elements = None if elements_r is None else [rebuild(b, ctx) for b in elements_r]
-    memo_key = ("persist", key)
-
-    def build(r: tuple, o: tuple, m: dict) -> Any:
-        obj = m.get(memo_key)
-        if obj is None:
-            obj = m[memo_key] = cls.__new__(cls)
-            if items is not None:
-                dict.update(obj, {k: f(r, o, m) for k, f in items})
-            if elements is not None:
-                list.extend(obj, [f(r, o, m) for f in elements])
-            obj.__dict__.update({a: f(r, o, m) for a, f in state})
-        return obj
-
-    return build
+    return object_build(cls, ("persist", key), state, items, elements)
 
 
 def wrap(computation: Callable, build: Callable, n_params: int) -> Callable:
