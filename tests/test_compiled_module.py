@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 import specengine
-from tests.helpers import counts
+from helpers import counts
 
 
 class Net(nn.Module):
