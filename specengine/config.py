@@ -22,6 +22,9 @@ class Config:
         entries are evicted first.
     cache_key: the secret (bytes or hex) entries are signed with; None: `SPECENGINE_CACHE_KEY` (hex), else a
         per-user key file `$XDG_CONFIG_HOME/specengine/cache.key` made on first use.
+    distributed_timeout_factor: under torch.distributed, after each compile every process group's timeout becomes
+        its own plus this factor times the longest compile of the process, so that a rank waiting in a collective
+        for a rank that compiles does not time out (capture/pg_timeouts.py). 0: timeouts left alone.
     """
 
     recompile_limit: int = 8
@@ -31,6 +34,7 @@ class Config:
     cache_dir: str | None = field(default_factory=lambda: os.environ.get("SPECENGINE_CACHE_DIR") or None)
     cache_max_bytes: int = field(default_factory=lambda: int(os.environ.get("SPECENGINE_CACHE_MAX_BYTES") or 1 << 30))
     cache_key: bytes | str | None = None
+    distributed_timeout_factor: float = 2.0
 
 
 config = Config()
