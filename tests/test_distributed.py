@@ -36,7 +36,7 @@ CFG = GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=16)
 STEPS, MICRO = 3, 2
 BUCKET_MB = 0.002  # about 500 floats: several buckets
 TIMEOUT_S = 120  # the process group's: a rank stuck in a collective fails within it
-SHORT_TIMEOUT_S, SLOW_COMPILE_S = 2.0, 3.0  # a process group whose timeout is shorter than a compile
+SHORT_TIMEOUT_S, SLOW_COMPILE_S = 1.5, 2.0  # a process group whose timeout is shorter than a compile
 PROBE = torch.arange(12).reshape(2, 6) % CFG.vocab_size  # the input of a model reloaded from a state_dict
 
 
@@ -177,8 +177,8 @@ def _replicate_run(compiled: bool) -> Callable[[int], tuple[dict, list]]:
     return run
 
 
-def _fsdp_run(order: str, kind: str = "gpt", blocks: bool = True, **policies: Any) -> Callable:
-    """FSDP2: `blocks` shards each block, then the root; `order` says what is compiled, and when."""
+def _fsdp_run(order: str, kind: str = "gpt", **policies: Any) -> Callable:
+    """FSDP2: each block sharded (with `policies`), then the root; `order` says what is compiled, and when."""
 
     def run(rank: int) -> tuple[dict, list]:
         from torch.distributed.fsdp import fully_shard
@@ -188,7 +188,7 @@ def _fsdp_run(order: str, kind: str = "gpt", blocks: bool = True, **policies: An
         if order == "module":  # fully_shard(specengine.compile(model)): compiled first, then everything sharded
             root = specengine.compile(model, dynamic=True)
             counted = [root]
-        for blk in model.h if blocks else ():
+        for blk in model.h:
             if order == "blocks":  # torchtitan's order: each block's forward compiled, then the block sharded
                 blk.forward = specengine.compile(blk.forward, dynamic=True)
                 counted.append(blk.forward)
@@ -232,6 +232,8 @@ def _slow_compile_eager(rank: int) -> tuple[dict, list]:
     return _ddp_run("eager", sizes=[[3, 5], [3, 3]])(rank)
 
 
+AUTO_SIZES = [[5, 8, 6], [6, 6, 3]]  # per rank, per step: pytorch's test_compiler_collectives_automatic_dynamic_tensor
+
 # name: (run, the eager run it must equal, compiles per rank (rank 0's, rank 1's))
 TRAINING: dict[str, tuple[Callable, str | None, list]] = {
     "ddp-eager": (_ddp_run("eager"), None, [[], []]),
@@ -246,9 +248,12 @@ TRAINING: dict[str, tuple[Callable, str | None, list]] = {
     "ddp-join-eager": (_join_run("eager"), None, [[], []]),
     "ddp-join": (_join_run("wrapper"), "ddp-join-eager", [[1], [1]]),
     # pytorch's test_compiler_collectives_automatic_dynamic_tensor: the same number of compiles, no collective
-    "ddp-automatic-dynamic-eager": (_ddp_run("eager", sizes=[[5, 8, 6], [6, 6, 3]]), None, [[], []]),
-    "ddp-automatic-dynamic": (_ddp_run("forward", sizes=[[5, 8, 6], [6, 6, 3]], dynamic=None),
-                              "ddp-automatic-dynamic-eager", [[2], [2]]),  # fmt: skip
+    "ddp-automatic-dynamic-eager": (_ddp_run("eager", sizes=AUTO_SIZES), None, [[], []]),
+    "ddp-automatic-dynamic": (
+        _ddp_run("forward", sizes=AUTO_SIZES, dynamic=None),
+        "ddp-automatic-dynamic-eager",
+        [[2], [2]],
+    ),
     "ddp-slow-compile-eager": (_slow_compile_eager, None, [[], []]),
     "ddp-slow-compile": (_slow_compile_run, "ddp-slow-compile-eager", [[2], [1]]),
     "replicate-eager": (_replicate_run(False), None, [[], []]),
@@ -257,9 +262,6 @@ TRAINING: dict[str, tuple[Callable, str | None, list]] = {
     "fsdp-blocks-compiled-then-sharded": (_fsdp_run("blocks"), "fsdp-eager", [[1, 1], [1, 1]]),
     "fsdp-root-compiled-with-sharded-blocks": (_fsdp_run("root"), "fsdp-eager", [[1], [1]]),
     "fsdp-of-compiled-module": (_fsdp_run("module"), "fsdp-eager", [[1], [1]]),
-    "fsdp-root-only-eager": (_fsdp_run("eager", blocks=False), None, [[], []]),
-    "fsdp-root-only-compiled": (_fsdp_run("root", blocks=False), "fsdp-root-only-eager", [[1], [1]]),
-    "fsdp-root-only-of-compiled-module": (_fsdp_run("module", blocks=False), "fsdp-root-only-eager", [[1], [1]]),
     "fsdp-checkpointed-eager": (_fsdp_run("eager", "checkpointed"), None, [[], []]),
     "fsdp-checkpointed-blocks": (_fsdp_run("blocks", "checkpointed"), "fsdp-checkpointed-eager", [[1, 1], [1, 1]]),
     "fsdp-checkpointed-root": (_fsdp_run("root", "checkpointed"), "fsdp-checkpointed-eager", [[1], [1]]),
@@ -323,8 +325,7 @@ def _collective_refused(rank: int) -> tuple[dict, list]:
 REFUSED: dict[str, tuple[Callable, str, list[str]]] = {
     "ddp-inside-a-compiled-function": (_refused(_ddp_inside), "SpecEngineError", ["(DistributedDataParallel)"]),
     "collective": (_collective_refused, "UnsupportedOpError", ["all_reduce", "test_distributed.py"]),
-    "python-functional-collective": (_refused(_functional_collective), "UnsupportedOpError",
-                                     ["_functional_collectives.all_reduce"]),  # fmt: skip
+    "functional-collective": (_refused(_functional_collective), "UnsupportedOpError", ["_functional_collectives"]),
 }
 
 
