@@ -308,6 +308,10 @@ def _functional_collective() -> Any:
     return specengine.compile(lambda x: fc.all_reduce(x, "sum", dist.group.WORLD) + 1, dynamic=True)(torch.ones(3))
 
 
+def _barrier() -> Any:
+    return specengine.compile(lambda x: (dist.barrier(), x + 1)[1], dynamic=True)(torch.ones(2))
+
+
 def _collective_refused(rank: int) -> tuple[dict, list]:
     def f(x):
         y = x * 2
@@ -325,6 +329,7 @@ def _collective_refused(rank: int) -> tuple[dict, list]:
 REFUSED: dict[str, tuple[Callable, str, list[str]]] = {
     "ddp-inside-a-compiled-function": (_refused(_ddp_inside), "SpecEngineError", ["(DistributedDataParallel)"]),
     "collective": (_collective_refused, "UnsupportedOpError", ["all_reduce", "test_distributed.py"]),
+    "barrier": (_refused(_barrier), "UnsupportedOpError", ["barrier", "test_distributed.py"]),
     "functional-collective": (_refused(_functional_collective), "UnsupportedOpError", ["_functional_collectives"]),
 }
 

@@ -8,7 +8,8 @@ an entry. So:
 - `specengine.compile` runs such a module's own call eagerly and compiles the module inside (`compiled_module.py`);
 - a submodule that FSDP2 manages, inside a compiled module, is an opaque call of the trace (`opaque_calls`): its
   hooks run eagerly on every call, and its parameters (sharded outside its call) are not inputs
-  (`prologue/state.py`);
+  (`prologue/state.py`); its outputs come from a nested trace of its forward that sees what FSDP2 presents to it
+  (`_Sharding`: a mixed precision policy's dtypes, the compute device under CPU offload);
 - a compile whose function would call another module that torch.distributed manages (a DDP, a `replicate`d module)
   is refused before anything runs (`refuse_managed`), naming the module: its code would run on proxies;
 - any other torch.distributed code that user code calls while tracing (`dist.all_reduce(t)`, the Python functional
@@ -89,7 +90,8 @@ def refuse_managed(fn: Callable, modules: list) -> list:
     """Refuse a compile whose function would call a module that torch.distributed manages, before it runs: its
     hooks would run on proxies and touch distributed state. `modules` are the module roots of the inputs; the bound
     `self` of a compiled `forward` runs its own hooks eagerly, outside the trace. Returns the modules FSDP2 manages
-    inside a root: their calls are opaque calls of the trace (`opaque_calls`)."""
+    inside a root, each with what FSDP2 does around its call (`_Sharding`): their calls are opaque calls of the trace
+    (`opaque_calls`)."""
     bound_self = getattr(fn, "__self__", None) if isinstance(fn, types.MethodType) else None
     opaque = []
     for root_path, _, root in modules:
