@@ -164,14 +164,19 @@ def _join_run(order: str) -> Callable[[int], tuple[dict, list]]:
     return run
 
 
-def _replicate_run(compiled: bool) -> Callable[[int], tuple[dict, list]]:
+def _replicate_run(order: str) -> Callable[[int], tuple[dict, list]]:
+    """`replicate` (DDP as composable hooks): "wrapper" compiles the replicated module (its hooks stay eager),
+    "module" replicates a compiled module."""
+
     def run(rank: int) -> tuple[dict, list]:
         from torch.distributed._composable.replicate import replicate
 
         model = _model()
-        replicate(model, bucket_cap_mb=BUCKET_MB)
-        wrapped = specengine.compile(model, dynamic=True) if compiled else model
-        counted = [wrapped] if compiled else []
+        wrapped = specengine.compile(model, dynamic=True) if order == "module" else model
+        replicate(wrapped, bucket_cap_mb=BUCKET_MB)
+        if order == "wrapper":
+            wrapped = specengine.compile(model, dynamic=True)
+        counted = [] if order == "eager" else [wrapped]
         return _train(wrapped, model, _batches(rank), lambda skip: contextlib.nullcontext()), _compiles(counted)
 
     return run
@@ -256,8 +261,9 @@ TRAINING: dict[str, tuple[Callable, str | None, list]] = {
     ),
     "ddp-slow-compile-eager": (_slow_compile_eager, None, [[], []]),
     "ddp-slow-compile": (_slow_compile_run, "ddp-slow-compile-eager", [[2], [1]]),
-    "replicate-eager": (_replicate_run(False), None, [[], []]),
-    "replicate-compiled": (_replicate_run(True), "replicate-eager", [[1], [1]]),
+    "replicate-eager": (_replicate_run("eager"), None, [[], []]),
+    "replicate-compiled-wrapper": (_replicate_run("wrapper"), "replicate-eager", [[1], [1]]),
+    "replicate-of-compiled-module": (_replicate_run("module"), "replicate-eager", [[1], [1]]),
     "fsdp-eager": (_fsdp_run("eager"), None, [[], []]),
     "fsdp-blocks-compiled-then-sharded": (_fsdp_run("blocks"), "fsdp-eager", [[1, 1], [1, 1]]),
     "fsdp-root-compiled-with-sharded-blocks": (_fsdp_run("root"), "fsdp-eager", [[1], [1]]),
