@@ -362,8 +362,14 @@ def _rank_query(rank: int) -> tuple[dict, list]:
     return {"out": cf(torch.zeros(2)).tolist()}, _compiles([cf])
 
 
+def _world_timeout(rank: int) -> tuple[dict, list]:
+    from specengine.capture import pg_timeouts
+
+    return {"timeout_s": pg_timeouts._timeout(dist.group.WORLD).total_seconds(), "longest": pg_timeouts._longest[0]}, []
+
+
 OTHERS: dict[str, Callable] = {"collective-op-eager": _collective_op(False), "collective-op": _collective_op(True),
-                               "rank-query": _rank_query}  # fmt: skip
+                               "rank-query": _rank_query, "world-timeout": _world_timeout}  # fmt: skip
 
 
 def worker(rank: int, directory: str) -> None:
@@ -473,6 +479,16 @@ def test_a_compile_longer_than_the_timeout_does_not_time_out_the_waiting_rank(ra
     """The scenario ran (test_training_equals_eager compares it); here: rank 1 did wait longer than the timeout."""
     res = _result(ranks, "ddp-slow-compile")
     assert res[1]["seconds"] > 2 * SLOW_COMPILE_S > SHORT_TIMEOUT_S, res[1]["seconds"]
+
+
+def test_timeouts_are_extended_from_their_own_value_not_cumulatively(ranks: list) -> None:
+    """After many compiles, WORLD's timeout is its own plus distributed_timeout_factor times the longest compile (a slow one)."""
+    for res in _result(ranks, "world-timeout"):
+        out = res["out"]
+        assert out["longest"] > SLOW_COMPILE_S, out
+        assert out["timeout_s"] == pytest.approx(
+            TIMEOUT_S + specengine.config.distributed_timeout_factor * out["longest"], abs=2e-3
+        ), out
 
 
 if __name__ == "__main__":
