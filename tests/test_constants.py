@@ -12,8 +12,8 @@ each run under the three dynamic modes against eager, with exact hit and miss co
 value of the same family that compares equal to it (another type, another sign of zero) misses.
 
 The int, float and str subclasses carry payloads: `__repr__`, `__str__` and `__format__` return code that would
-set a flag if it ever ran, and they, `__index__`, `__int__` and `__float__` record each call. Eager runs none of
-them for these programs, so neither may the engine, at compile time or on a cached call.
+set a flag if it ever ran, and they, `__index__`, `__int__`, `__float__` and `__hash__` record each call. Eager runs
+none of them for these programs, so neither may the engine, at compile time or on a cached call.
 """
 
 from __future__ import annotations
@@ -60,6 +60,10 @@ class _Payload:
     def __float__(self) -> float:
         CALLED.append("float")
         return 7.0
+
+    def __hash__(self) -> int:  # (the dispatch index must not hash a value that is not exactly an int)
+        CALLED.append("hash")
+        return 7
 
 
 class PInt(_Payload, int):

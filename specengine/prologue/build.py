@@ -365,6 +365,9 @@ def _is_pin(e: E.Expr, pinned: dict[str, int]) -> bool:
     )
 
 
+INDEX_BUILTINS = {"_se_type": type, "_se_int": int}  # (named apart from any parameter of the user's)
+
+
 def build_index_key(fn_name: str, specs: InputSpecs, pinned: dict[str, int]) -> tuple[str, tuple, dict] | None:
     """Source of a function computing the pinned input values of a call, and this entry's values.
 
@@ -379,14 +382,16 @@ def build_index_key(fn_name: str, specs: InputSpecs, pinned: dict[str, int]) -> 
     lines, parts, read = [], [], set()
     for s in pins:
         spec, d = sources[s]
-        if d is None:
-            parts.append(spec.path)
+        if d is None:  # type-exact: an int subclass is never hashed or compared here (its __hash__ is user code)
+            k = f"_se_k{len(lines)}"
+            lines.append(f"  {k} = {spec.path}")
+            parts.append(f"({k} if _se_type({k}) is _se_int else None)")
             continue
         if spec.path not in read:
             read.add(spec.path)
             lines.append(f"  {spec.local}_shape = {spec.path}.shape")
         parts.append(f"{spec.local}_shape[{d}]")
-    glb: dict[str, Any] = {"self": specs.module}
+    glb: dict[str, Any] = {"self": specs.module, **INDEX_BUILTINS}
     body = "\n".join(lines + [f"  return ({''.join(p + ', ' for p in parts)})"])
     source = f"def {fn_name}_index_key{signature_source(specs.signature, glb)}:\n{body}\n"
     return source, tuple(pinned[s] for s in pins), glb
