@@ -24,8 +24,8 @@ import torch
 from specengine.ir.literals import (
     exact_key,
     number_like,
-    numpy_scalar,
     numpy_array,
+    numpy_scalar,
     plain_state,
     same_array,
     show,
