@@ -260,6 +260,7 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
     _external_checks(st, specs.external)
     _lifted_checks(st, specs.lifted)
     _layout_checks(st, specs.layout_facts)
+    _attr_checks(st, specs.attr_facts)
     unpinned = [g for g in solution.guards if not _is_pin(g.expr, solution.pinned)]
     needed = set(comp_symbols).union(*(g.expr.free_symbols() for g in unpinned))
     _read_symbols(st, needed, dict(solution.pinned))
@@ -353,6 +354,24 @@ def _layout_checks(st: _Steps, facts: list) -> None:
         st.check(f"{local}.is_contiguous(memory_format={fmt}) is not {value}",
                  f"{local}.is_contiguous(memory_format={mf}) is {value}", (f"{local}.is_contiguous({mf})",
                  f"{local}.is_contiguous(memory_format={fmt})"))  # fmt: skip
+
+
+def _attr_names(t: torch.Tensor) -> tuple:
+    return tuple(sorted(t.__dict__))
+
+
+def _attr_checks(st: _Steps, facts: list) -> None:
+    """Python attributes read from input tensors (`x.scale` set by the caller) keep the values the trace read."""
+    absent = st.name(_ABSENT, "absent")
+    for local, attr, value in facts:
+        if attr == "__dict__ keys":  # (`x.__dict__` read whole: no attribute added or removed)
+            read = f"{st.name(_attr_names, 'attr_names')}({local})"
+            st.check(
+                fail_source(read, value, st.name), f"{local}.__dict__ has {show(value)}", (f"{local}.__dict__", read)
+            )
+            continue
+        read = f"{local}.__dict__.get({literal(attr)}, {absent})"
+        st.check(fail_source(read, value, st.name), f"{local}.{attr} == {show(value)}", (f"{local}.{attr}", read))
 
 
 def _is_pin(e: E.Expr, pinned: dict[str, int]) -> bool:
