@@ -41,9 +41,9 @@ from torch.utils import _pytree as pytree
 from specengine.capture.effect_ops import record
 from specengine.errors import UnsupportedOpError
 from specengine.ir import context
+from specengine.ir.literals import type_name
 from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported
 from specengine.ir.symbol import Symbol, tree_leaves
-from specengine.ir.literals import type_name
 from specengine.ops import registry
 from specengine.prologue.external import _ABSENT as ABSENT_ATTR
 from specengine.prologue.external import has_value_semantics
