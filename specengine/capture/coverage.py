@@ -33,6 +33,8 @@ import types
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+import torch
+
 from specengine.capture import distributed, module_reads
 from specengine.capture.library import SITE, importing_now, is_library
 from specengine.capture.pytypes import give_type, names_type, take_type, traced_type
@@ -42,6 +44,9 @@ from specengine.prologue.external import user_module_object
 from specengine.provenance import _is_internal
 
 _SKIP, _USER, _ENTER, _TYPE, _DIST, _SITE = 0, 1, 2, 4, 8, 16
+_SPECENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_ENGINE_WORK = tuple(os.path.join(_SPECENGINE, d) + os.sep for d in ("ops", "ir", "constraints", "prologue", "persist"))
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _MAX_CLOSURES = 64  # functions sharing one code object whose cells are guarded; beyond it the compile is refused
 
 
@@ -139,13 +144,14 @@ class Coverage:
         return kind
 
     def _called_by_user(self, frame: types.FrameType) -> bool:
-        """Whether installed-package code runs on the user's behalf: the first frame below it that is not an
-        installed package's is the user's (not specengine's own work, such as reading torch's deprecated signatures,
-        nor torch's, such as its symbolic shapes calling sympy)."""
+        """Whether installed-package code runs on the program's behalf: below it, past installed packages' and
+        torch's frames (`nn.Module.__call__` calling a model's `forward`, torch's pytree calling a helper), comes
+        the user's code or the trace's entry, not specengine's own work on an op (reading torch's signature
+        tables with yaml, its shape and constraint machinery calling sympy through torch)."""
         back = frame.f_back
-        while back is not None and self._kind_of(back) & _SITE:
+        while back is not None and (self._kind_of(back) & _SITE or back.f_code.co_filename.startswith(_TORCH)):
             back = back.f_back
-        return back is not None and bool(self._kind_of(back) & _USER)
+        return back is None or not back.f_code.co_filename.startswith(_ENGINE_WORK)
 
     def is_user(self, frame: types.FrameType) -> bool:
         """Whether `frame` runs user code (not specengine's, torch's or the standard library's; not an import's)."""
