@@ -17,6 +17,11 @@ The signatures come from torch itself, never from the rules:
   Python; `Tensor.to`, bound by hand in torch, is the one schema that has it positional);
 - Python functions (`torch.nn.functional.*`, `torch.Tensor.split`): `inspect.signature`.
 
+Torch's deprecated Python signatures (`torch.add(x, 2, y)` is `add(input, alpha, other)`), which no aten schema
+has, come from the file torch's code generator builds its argument parser from (torchgen's `deprecated.yaml`): a call
+that no regular signature accepts and a deprecated one does is rewritten into the canonical form of the op's own
+schema (`add(x, y, alpha=2)`), as torch's parser tries them last.
+
 A call whose spelling is ambiguous between overloads (`x.to(dtype=d)` matches `to.dtype` and `to.dtype_layout`)
 takes the first overload whose parameter types its values fit; one no overload fits is passed on as written
 (the rule raises, as before).
