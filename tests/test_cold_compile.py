@@ -32,7 +32,8 @@ def test_a_fresh_process_first_compile_is_as_cheap_as_the_second():
         assert (r["misses"], r["hits"]) == (1, 3 * 50 + 1)
     assert first["prologue_chars"] < 5000
     assert first["prologue_chars"] == second["prologue_chars"]  # the same guards
-    assert first["cached_us"] < 2000  # the goal (<= 2 ms); it was 100-600 ms with the imports' globals guarded
+    # the per-call cost is bench/cold_compile.py's figure (a benchmark, never a timed test): the same prologue is
+    # the structural reason it matches the second compile's (it was 100-600 ms with the imports' globals guarded)
 
 
 @pytest.fixture
