@@ -10,6 +10,7 @@ import types
 from dataclasses import astuple
 from typing import Any, NamedTuple
 
+from specengine.capture.tensor_objects import absent_check
 from specengine.codegen import exec_source
 from specengine.ir.trace import trace_globals
 from specengine.persist import keys
@@ -123,7 +124,11 @@ def _computation(final: Any) -> dict:
 
 
 def _symbol_recipe(module: str, name: str, impl: Any) -> list:
-    """An executor symbol `<module>.<name>` whose callable is that attribute itself."""
+    """An executor symbol `<module>.<name>` whose callable is that attribute itself, or an effect op whose callable
+    carries a recipe (capture/effect_ops.record)."""
+    recipe = getattr(impl, "recipe", None)
+    if module == "effects" and isinstance(recipe, list) and recipe and recipe[0] in _EFFECTS:
+        return ["effect", *recipe]
     try:
         found = module.split(".")[0] == "torch" and _find_attr(module, name) is impl
     except (LookupError, AttributeError):
@@ -131,6 +136,15 @@ def _symbol_recipe(module: str, name: str, impl: Any) -> list:
     if not found:
         raise NoRecipe(f"the executor symbol {module}.{name}")
     return ["attr", module, name]
+
+
+_EFFECTS = {"absent": absent_check}  # effect ops rebuilt from their recipe: kind -> factory(*strings)
+
+
+def _effect(r: list) -> Any:
+    if r[0] not in _EFFECTS or not all(isinstance(x, str) for x in r[1:]):
+        raise Rejected(f"effect op {r[:1]}")
+    return _EFFECTS[r[0]](*r[1:])
 
 
 def _find_attr(module: str, name: str) -> Any:
@@ -254,7 +268,7 @@ def _load_computation(c: dict) -> Any:
             raise Rejected(f"executor namespace {module} shadows a module")
         for name, r in items.items():
             try:
-                setattr(ns, name, _find_attr(r[1], r[2]))
+                setattr(ns, name, _effect(r[1:]) if r[0] == "effect" else _find_attr(r[1], r[2]))
             except (LookupError, AttributeError):
                 raise Rejected(f"executor symbol {r[1]}.{r[2]} not found") from None
     for name, r in c.get("constants", {}).items():

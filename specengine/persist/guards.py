@@ -85,7 +85,7 @@ def portable_structure(g: StructureGuard) -> list:
             cls = objects[v[1]]
             v = keys.qualified(cls)
             if v not in classes:
-                classes[v] = keys.class_fingerprint(cls)
+                classes[v] = keys.digest(keys.class_fingerprint(cls))
         elif k.endswith(": submodules"):
             v = [name for name, _ in v]
         elif ": _" in k:
@@ -133,15 +133,15 @@ def _portable(v: Any, objects: dict[int, Any]) -> Any:
             if obj is None:
                 raise NoRecipe("an object in the module structure that the guard does not hold")
             if is_config_object(obj):
-                return ["config", keys.class_fingerprint(type(obj))]  # its fields are items of their own
+                return ["config", keys.digest(keys.class_fingerprint(type(obj)))]  # its fields are items of their own
             if isinstance(obj, (dict, list, set, tuple)):
                 return ["container", keys.qualified(type(obj))]  # compared by identity in-process; walked contents
-            return keys.fingerprint(obj)  # are items of their own
+            return keys.fp(obj)  # are items of their own
         if len(v) == 3 and v[0] == "items" and v[1] in (set, frozenset):  # a set's items: ordered by their ids
             return ["items", keys.qualified(v[1]), sorted((_portable(x, objects) for x in v[2]), key=json.dumps)]
         return [_portable(x, objects) for x in v]
     if isinstance(v, type):
-        return keys.class_fingerprint(v)
+        return keys.digest(keys.class_fingerprint(v))
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     raise NoRecipe(f"a {type(v).__name__} in the module structure")

@@ -72,7 +72,14 @@ def fingerprint(value: Any, depth: int = 0) -> Any:
         return class_fingerprint(value, depth)
     if isinstance(value, types.ModuleType):
         return ["module", value.__name__]
+    if isinstance(value, (types.UnionType, types.GenericAlias)) or type(value).__module__ == "typing":
+        return ["alias", qualified(type(value)), repr(value)]  # `str | None`, `Sequence['Config']`: by what they name
     return ["object", qualified(type(value))]
+
+
+def fp(value: Any) -> str:
+    """`fingerprint(value)` as a short hash (what recipes store and compare)."""
+    return digest(fingerprint(value))
 
 
 def function_fingerprint(fn: types.FunctionType, depth: int = 0) -> list:
