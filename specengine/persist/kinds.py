@@ -237,12 +237,16 @@ class Engine(Kind):
     name, order = "engine", 190
 
     def describe(self, v: Any, ctx: Context) -> list | None:
-        for name, mod in list(sys.modules.items()):
-            if name.startswith("specengine.") and mod is not None:
-                for k, x in vars(mod).items():
-                    if x is v and not k.startswith("__"):
-                        return ["engine", name, k]
-        return None
+        index = ctx.memo.get("engine")
+        if index is None:  # id -> (module, name) of the engine's module-level objects, once per save or load
+            index = ctx.memo["engine"] = {}
+            for name, mod in sorted(sys.modules.items()):
+                if name.startswith("specengine.") and mod is not None:
+                    for k, x in vars(mod).items():
+                        if not k.startswith("__"):
+                            index.setdefault(id(x), (x, name, k))
+        found = index.get(id(v))
+        return ["engine", found[1], found[2]] if found is not None and found[0] is v else None
 
     def resolve(self, r: list, ctx: Context) -> Any:
         if not r[1].startswith("specengine."):

@@ -79,15 +79,22 @@ class GlobalsOf(Kind):
     def describe(self, v: Any, ctx: Context) -> list | None:
         if type(v) is not dict:
             return None
-        for f in gc.get_referrers(v):
-            if isinstance(f, types.FunctionType) and f.__globals__ is v:
-                found = named(f)
-                if found is not None:
-                    return ["fn_globals_of", *found[1:]]
-        return None
+        memo = ctx.memo.setdefault("globals_of", {})
+        if id(v) not in memo:
+            memo[id(v)] = (v, _globals_of(v))
+        return memo[id(v)][1]
 
     def resolve(self, r: list, ctx: Context) -> Any:
         return _checked(lookup(r[1], r[2]), r[3], f"{r[1]}.{r[2]}").__globals__
+
+
+def _globals_of(d: dict) -> list | None:
+    for f in gc.get_referrers(d):
+        if isinstance(f, types.FunctionType) and f.__globals__ is d:
+            found = named(f)
+            if found is not None:
+                return ["fn_globals_of", *found[1:]]
+    return None
 
 
 @register
@@ -99,7 +106,7 @@ class Closure(Kind):
 
     def describe(self, v: Any, ctx: Context) -> list | None:
         if isinstance(v, tuple) and v and all(isinstance(c, types.CellType) for c in v):
-            return closure_of(v)
+            return closure_of(v, ctx)
         return None
 
     def resolve(self, r: list, ctx: Context) -> Any:
@@ -107,7 +114,17 @@ class Closure(Kind):
         return _checked(fn, r[4], f"{r[1]}.{r[2]}").__closure__
 
 
-def closure_of(cells: tuple) -> list:
+def closure_of(cells: tuple, ctx: Context) -> list:
+    memo = ctx.memo.setdefault("closures", {})
+    found = memo.get(id(cells))
+    if found is None:
+        found = memo[id(cells)] = (cells, _closure_of(cells))
+    if isinstance(found[1], NoRecipe):
+        raise found[1]
+    return found[1]
+
+
+def _closure_of(cells: tuple) -> list | NoRecipe:
     for f in gc.get_referrers(cells):
         if not (isinstance(f, types.FunctionType) and f.__closure__ is cells):
             continue
@@ -121,7 +138,7 @@ def closure_of(cells: tuple) -> list:
         for depth, g in enumerate(chain):
             if g is f:
                 return ["closure", mod, qual, depth, keys.fp(f)]
-    raise NoRecipe("the closure of a function without a module and qualname")
+    return NoRecipe("the closure of a function without a module and qualname")
 
 
 def _wrapped_chain(obj: Any) -> list:
@@ -167,7 +184,7 @@ class Cell(Kind):
         for kind, name, value, holder in ctx.captured:
             if value is v and kind == "cell" and isinstance(holder, tuple):
                 try:
-                    where = ["fn_closure"] if holder is ctx.fn_closure else closure_of(holder)
+                    where = ["fn_closure"] if holder is ctx.fn_closure else closure_of(holder, ctx)
                 except NoRecipe:
                     continue
                 return ["cell", where, name[0], keys.fp(v)]

@@ -57,6 +57,7 @@ def _children(x: Any, path: list) -> list:
         out += [(d, ["kwdefault", path, k]) for k, d in (x.__kwdefaults__ or {}).items()]
     if isinstance(x, type):
         out += [(c, ["mro", path, i]) for i, c in enumerate(x.__mro__) if i]
+        out.append((type(x), ["type", path]))  # (its metaclass)
     else:
         out.append((type(x), ["type", path]))
     for t, names in _ATTRS.items():
