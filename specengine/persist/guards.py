@@ -45,9 +45,7 @@ def rebuild_guards(descriptions: list[dict], ctx: Context) -> None:
         if d["kind"] == "structure":
             if ctx.module is None or d["path"] != "self":
                 raise Rejected("a structure guard needs the compiled module")
-            g = StructureGuard(ctx.module, d["path"])
-            if d["names"] is not None:
-                g.restrict(frozenset(d["names"]))
+            g = StructureGuard(ctx.module, d["path"], names=None if d["names"] is None else frozenset(d["names"]))
             found = portable_structure(g)
             if found != d["fingerprint"]:
                 raise Rejected(f"the module structure differs: {_first_difference(d['fingerprint'], found)}")
