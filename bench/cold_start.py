@@ -130,7 +130,9 @@ def _torch_compile_rows(model: str, args: argparse.Namespace, env: dict, tmp: st
         rows.append((f"{model}: torch.compile {name} first call (warm {_ms(r['warm'])})",
                      f"{_ms(r['first'])}, +{_ms(over)} over warm", anchor))  # fmt: skip
     if "error" not in tc_mega:
-        rows.append((f"{model}: Mega-Cache artifacts loaded", "yes" if tc_mega.get("loaded") else "no (none saved)", ""))
+        rows.append(
+            (f"{model}: Mega-Cache artifacts loaded", "yes" if tc_mega.get("loaded") else "no (none saved)", "")
+        )
     return rows
 
 
