@@ -57,7 +57,7 @@ def _run(tmp: Path, code: str) -> dict:
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("hf")
-    r = _run(tmp, "for name in %r:\n    run(name)\n" % (FAMILIES,))
+    r = _run(tmp, f"for name in {FAMILIES!r}:\n    run(name)\n")
     for name in FAMILIES:
         assert r[name]["misses"] == 1 and r[name]["equal"], r[name]
         assert r[name]["not_saved"] == [None], (name, r[name]["not_saved"], r["log"][-2000:])
@@ -65,7 +65,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_tiny_gpt2_and_llama_are_served_from_disk_with_no_trace(written):
-    r = _run(written, "for name in %r:\n    run(name)\n" % (FAMILIES,))
+    r = _run(written, f"for name in {FAMILIES!r}:\n    run(name)\n")
     for name in FAMILIES:
         assert (r[name]["misses"], r[name]["hits"], r[name]["origins"]) == (0, 1, ["disk"]), (name, r["log"][-3000:])
         assert r[name]["equal"]
