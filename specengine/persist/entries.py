@@ -96,9 +96,25 @@ def _outside_ids(specs: Any) -> list:
     every mutable argument is the call's own `**kwargs` dict, made fresh by each call, the check never fails: an
     empty set keeps it. Otherwise the entry is not saved."""
     fresh = {p.name for p in specs.signature.parameters.values() if p.kind is p.VAR_KEYWORD}
-    if all(spec.path in fresh for spec, _ in specs.mutables.values()):
+    passed = [(spec.path, type(value).__name__) for spec, value in specs.mutables.values() if spec.path not in fresh]
+    if not passed or _never_passed(specs, fresh):
         return ["value", encode_value(frozenset())]
-    raise NoRecipe("the ids of objects reachable from outside the arguments (a list, dict or object passed in)")
+    what = ", ".join(f"{path} (a {kind})" for path, kind in sorted(passed))
+    raise NoRecipe(f"the prologue checks that {what} is none of the {len(specs.outside_ids)} objects the program "
+                   "reaches from outside its arguments, by their ids in this process (TODO(issue 23): re-walk them "
+                   "at load)")  # fmt: skip
+
+
+def _never_passed(specs: Any, fresh: set) -> bool:
+    """Whether no object reached from outside can be a mutable argument: the prologue checks each one's exact type,
+    and none of those objects has that type (the compiled function itself, a class...). The check of ids can then
+    never fail, and an empty set keeps it."""
+    for spec, value in specs.mutables.values():
+        if spec.path not in fresh and (
+            getattr(spec, "type", None) is not type(value) or type(value) in specs.outside_types
+        ):
+            return False
+    return True
 
 
 def _identity_checked(name: str, text: str) -> bool:
