@@ -278,3 +278,47 @@ def test_the_compiled_functions_own_code_guard_is_kept_in_a_loaded_entry(disk):
     again(torch.ones(2), 3)
     assert specengine.cache_misses(again) == 0
     assert ".__code__ is not _" in str(specengine.last_prologue(again))  # (never dropped)
+
+
+class Counter:
+    def __init__(self):
+        self.n = 1
+
+
+SEEN: list = []
+
+
+def appends(x, log, d, c):
+    log.append(x.shape[0])
+    d["sum"] = x.sum()
+    c.n = c.n + len(log)
+    return x * c.n
+
+
+def reads_a_global_list(x, log):
+    log.append(len(SEEN))
+    return x + len(log)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_list_dict_and_object_arguments_and_their_write_backs_are_saved_and_replayed(disk, n):
+    def call(fn):
+        log, d, c = [7], {"a": 1}, Counter()
+        out = fn(torch.arange(float(n)), log, d, c)
+        return out, log, d, c.n
+
+    specengine.compile(appends)(*[torch.ones(n), [7], {"a": 1}, Counter()])
+    fresh = specengine.compile(appends)
+    (out, log, d, cn), (ref, rlog, rd, rcn) = call(fresh), call(appends)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    assert (log, cn, d.keys()) == (rlog, rcn, rd.keys()) and torch.equal(d["sum"], rd["sum"])
+    assert (specengine.cache_misses(fresh), specengine.cache_hits(fresh)) == (0, 1)
+    assert [e.stats["origin"] for e in specengine.cache_entries(fresh)] == ["disk"]
+
+
+def test_an_argument_of_a_type_reached_from_outside_is_not_saved_and_explain_names_it(disk):
+    c = specengine.compile(reads_a_global_list)
+    torch.testing.assert_close(c(torch.ones(2), []), reads_a_global_list(torch.ones(2), []))
+    reason = specengine.cache_entries(c)[0].stats["not_saved"]
+    assert "log (a list) is none of the" in reason and "objects the program reaches from outside" in reason
+    assert "not saved: the prologue checks that log" in specengine.explain(c)

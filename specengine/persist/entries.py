@@ -15,7 +15,7 @@ from specengine.codegen import exec_source
 from specengine.ir.trace import trace_globals
 from specengine.persist import keys
 from specengine.persist.guards import describe_guards, rebuild_guards
-from specengine.persist.outputs import describe_plan, rebuild, wrap
+from specengine.persist.outputs import describe_plan, rebuild, rebuild_steps, wrap
 from specengine.persist.recipes import (
     Context,
     NoRecipe,
@@ -266,7 +266,8 @@ def load_entry(payload: dict, fn: Any, module: Any) -> Loaded:
     computation = _load_computation(payload["computation"])
     if payload["output"] is not None:
         n_params = len(p["returns"]) - len(payload["output"]["objects"])
-        computation = wrap(computation, rebuild(payload["output"]["build"], ctx), n_params)
+        steps = rebuild_steps(payload["output"].get("steps", []), ctx)
+        computation = wrap(computation, rebuild(payload["output"]["build"], ctx), steps, n_params)
     index = None
     if payload["index"] is not None:
         i = payload["index"]
