@@ -192,16 +192,42 @@ def test_config_objects_read_as_globals_are_compared_field_by_field_at_load(disk
         SETTINGS.factor = 2.0
 
 
+class Stepper(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.k = 1
+
+    def forward(self, x):
+        self.k = self.k + 1
+        return x * self.k
+
+
 def test_entries_without_a_recipe_are_used_but_not_saved_and_explain_says_why(disk):
-    net = torch.nn.Linear(2, 2)
-    net.register_forward_hook(lambda m, i, o: o * 2)
-    cn = specengine.compile(net)
+    cn = specengine.compile(Stepper())
+    cn(torch.ones(1, 2))
+    assert "module attributes the function assigns (Stepper.k" in specengine.cache_entries(cn)[0].stats["not_saved"]
+    assert "not saved: module attributes" in specengine.explain(cn)
+    assert not _files(disk)
+
+
+def test_module_hooks_are_saved_by_content_and_a_changed_hook_misses(disk):
+    def hooked(scale):
+        torch.manual_seed(0)
+        net = torch.nn.Linear(2, 2)
+        net.register_forward_hook(lambda m, i, o: o * scale)
+        return net
+
+    x = torch.ones(3, 2)
+    first = specengine.compile(hooked(2.0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cn(torch.ones(1, 2))
-    assert "hooks" in specengine.cache_entries(cn)[0].stats["not_saved"]
-    assert "not saved: hooks" in specengine.explain(cn)
-    assert not _files(disk)
+        first(x)
+        assert specengine.cache_entries(first)[0].stats.get("not_saved") is None
+        again, other = specengine.compile(hooked(2.0)), specengine.compile(hooked(3.0))
+        torch.testing.assert_close(again(x), hooked(2.0)(x), rtol=0, atol=0)
+        torch.testing.assert_close(other(x), hooked(3.0)(x), rtol=0, atol=0)  # another closure value: traced
+    assert [e.stats["origin"] for e in specengine.cache_entries(again)] == ["disk"]
+    assert (specengine.cache_misses(again), specengine.cache_misses(other)) == (0, 1)
 
 
 class Pair:

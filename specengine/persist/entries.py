@@ -58,7 +58,9 @@ def entry_payload(fn: Any, module: Any, prologue: Prologue, index: tuple | None,
     """The entry as JSON data (NoRecipe where a part has no recipe)."""
     specs = m.specs
     if specs.writes:
-        raise NoRecipe("module attributes the function assigns")
+        names = sorted({f"{type(w.obj).__name__}.{w.name}" for w in specs.writes if w.name})
+        raise NoRecipe(f"module attributes the function assigns ({', '.join(names[:4]) or 'state updates'}; "
+                       "TODO(issue 23): replay state writes from disk)")  # fmt: skip
     if specs.lifted:
         raise NoRecipe("tensors closed over from outside the arguments")
     ctx = context(fn, module)

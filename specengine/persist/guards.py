@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import torch
+
 from specengine.persist import keys
 from specengine.persist.recipes import Context, NoRecipe, describe, resolve
 from specengine.persist.signing import Rejected
@@ -87,14 +89,27 @@ def portable_structure(g: StructureGuard) -> list:
         elif k.endswith(": submodules"):
             v = [name for name, _ in v]
         elif ": _" in k:
-            if v:
-                raise NoRecipe(f"hooks ({k})")
-            v = []
+            v = _portable_hooks(k, v, objects)
         else:
             v = _portable(v, objects)
         out.append([k, v])
     out.append(["classes", sorted(classes.items())])
     return json.loads(json.dumps(out))
+
+
+def _portable_hooks(k: str, hooks: tuple, objects: dict[int, Any]) -> list:
+    """A hooks dict of a module (or torch's global hooks), in order, each hook by its content fingerprint (its
+    code hash, defaults and closure; a callable object's fields are items of their own). Handle ids are a
+    process-wide counter: left out."""
+    if k.startswith("torch.nn.modules.module: "):
+        d = getattr(torch.nn.modules.module, k.partition(": ")[2], None) or {}
+        objects = {**objects, **{id(fn): fn for fn in d.values()}}
+    out = []
+    for _, ident in hooks:
+        if ident not in objects:
+            raise NoRecipe(f"hooks ({k}): a hook the guard does not hold")
+        out.append(keys.fp(objects[ident]))
+    return out
 
 
 def _portable_fields(g: ObjectsGuard) -> list:
