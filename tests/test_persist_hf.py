@@ -76,14 +76,11 @@ def test_a_module_attribute_changed_in_the_new_process_retraces(written):
         written,
         """
         from transformers.models.gpt2 import modeling_gpt2
-        from transformers.models.llama import modeling_llama
         original = modeling_gpt2.eager_attention_forward
         modeling_gpt2.eager_attention_forward = lambda *args, **kwargs: original(*args, **kwargs)
         run("gpt2")
-        run("llama")
         """,
     )
     assert (r["gpt2"]["misses"], r["gpt2"]["origins"]) == (1, ["trace"]), r["log"][-3000:]
     assert r["gpt2"]["equal"]
     assert "eager_attention_forward" in r["log"] and "changed" in r["log"]
-    assert (r["llama"]["misses"], r["llama"]["origins"]) == (0, ["disk"])  # (its own module is unchanged)

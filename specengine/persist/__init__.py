@@ -112,7 +112,7 @@ def _engine(layout_dir: str, key: bytes) -> str:
     stat = keys.engine_stat()
     if stat in _ENGINE:
         return _ENGINE[stat]
-    path = os.path.join(layout_dir, "engine" + store.SUFFIX)
+    path = os.path.join(layout_dir, store.ENGINE_MEMO)
     try:
         d = decode(read_private(path), "engine", key)
         if d["stat"] == stat and isinstance(d["hash"], str):
@@ -122,7 +122,7 @@ def _engine(layout_dir: str, key: bytes) -> str:
         log.debug("engine hash not read from %s: %s", path, e)
     _ENGINE[stat] = found = keys.engine_hash()
     try:
-        store.write_atomic(layout_dir, "engine" + store.SUFFIX, encode("engine", {"stat": stat, "hash": found}, key))
+        store.write_atomic(layout_dir, store.ENGINE_MEMO, encode("engine", {"stat": stat, "hash": found}, key))
     except OSError as e:
         log.info("engine hash not saved: %s", e)
     return found
