@@ -45,6 +45,8 @@ def child(model: str, engine: str, repeat: int, threads: int, artifacts: str) ->
     idx = torch.randint(0, spec["vocab_size"], (batch, seq))
     if engine == "specengine":
         fn = specengine.compile(m)
+    elif engine == "eager":
+        fn = m
     else:
         loaded = bool(artifacts and os.path.exists(artifacts))
         if loaded:
@@ -67,9 +69,9 @@ def child(model: str, engine: str, repeat: int, threads: int, artifacts: str) ->
     if engine == "specengine":
         out["traces"] = specengine.cache_misses(fn)
         out["origin"] = sorted({e.stats["origin"] for e in specengine.cache_entries(fn)})
-    else:
+    elif engine != "eager":
         out["loaded"] = loaded
-    if engine != "specengine" and artifacts and not loaded:
+    if engine == "torch.compile" and artifacts and not loaded:
         saved = torch.compiler.save_cache_artifacts()
         if saved is not None:
             with open(artifacts, "wb") as f:
@@ -110,6 +112,11 @@ def measure(model: str, args: argparse.Namespace, base_env: dict) -> list[tuple[
              "<= 1.5x (gpt-d128); <= +100 ms (gpt2-small); Mega-Cache +780 ms, precompile ~300 ms"),
             (f"{model}: modules the disk load imported", ", ".join(disk["imported"]) or "none", "no z3, torch._refs"),
         ]  # fmt: skip
+        eager = _spawn(model, "eager", env, args)
+        if "error" not in eager:  # torch's own first call in a new process: the floor of any first call
+            rows.append((f"{model}: eager first call in a new process / eager warm",
+                         f"{eager['first'] / eager['warm']:.2f}x, +{_ms(eager['first'] - eager['warm'])}",
+                         "the floor of the ratio above"))  # fmt: skip
         if not args.no_torch_compile:
             rows += _torch_compile_rows(model, args, env, tmp, over)
         return rows
