@@ -192,16 +192,42 @@ def test_config_objects_read_as_globals_are_compared_field_by_field_at_load(disk
         SETTINGS.factor = 2.0
 
 
+class Stepper(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.k = 1
+
+    def forward(self, x):
+        self.k = self.k + 1
+        return x * self.k
+
+
 def test_entries_without_a_recipe_are_used_but_not_saved_and_explain_says_why(disk):
-    net = torch.nn.Linear(2, 2)
-    net.register_forward_hook(lambda m, i, o: o * 2)
-    cn = specengine.compile(net)
+    cn = specengine.compile(Stepper())
+    cn(torch.ones(1, 2))
+    assert "module attributes the function assigns (Stepper.k" in specengine.cache_entries(cn)[0].stats["not_saved"]
+    assert "not saved: module attributes" in specengine.explain(cn)
+    assert not _files(disk)
+
+
+def test_module_hooks_are_saved_by_content_and_a_changed_hook_misses(disk):
+    def hooked(scale):
+        torch.manual_seed(0)
+        net = torch.nn.Linear(2, 2)
+        net.register_forward_hook(lambda m, i, o: o * scale)
+        return net
+
+    x = torch.ones(3, 2)
+    first = specengine.compile(hooked(2.0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cn(torch.ones(1, 2))
-    assert "hooks" in specengine.cache_entries(cn)[0].stats["not_saved"]
-    assert "not saved: hooks" in specengine.explain(cn)
-    assert not _files(disk)
+        first(x)
+        assert specengine.cache_entries(first)[0].stats.get("not_saved") is None
+        again, other = specengine.compile(hooked(2.0)), specengine.compile(hooked(3.0))
+        torch.testing.assert_close(again(x), hooked(2.0)(x), rtol=0, atol=0)
+        torch.testing.assert_close(other(x), hooked(3.0)(x), rtol=0, atol=0)  # another closure value: traced
+    assert [e.stats["origin"] for e in specengine.cache_entries(again)] == ["disk"]
+    assert (specengine.cache_misses(again), specengine.cache_misses(other)) == (0, 1)
 
 
 class Pair:
@@ -278,3 +304,47 @@ def test_the_compiled_functions_own_code_guard_is_kept_in_a_loaded_entry(disk):
     again(torch.ones(2), 3)
     assert specengine.cache_misses(again) == 0
     assert ".__code__ is not _" in str(specengine.last_prologue(again))  # (never dropped)
+
+
+class Counter:
+    def __init__(self):
+        self.n = 1
+
+
+SEEN: list = []
+
+
+def appends(x, log, d, c):
+    log.append(x.shape[0])
+    d["sum"] = x.sum()
+    c.n = c.n + len(log)
+    return x * c.n
+
+
+def reads_a_global_list(x, log):
+    log.append(len(SEEN))
+    return x + len(log)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_list_dict_and_object_arguments_and_their_write_backs_are_saved_and_replayed(disk, n):
+    def call(fn):
+        log, d, c = [7], {"a": 1}, Counter()
+        out = fn(torch.arange(float(n)), log, d, c)
+        return out, log, d, c.n
+
+    specengine.compile(appends)(*[torch.ones(n), [7], {"a": 1}, Counter()])
+    fresh = specengine.compile(appends)
+    (out, log, d, cn), (ref, rlog, rd, rcn) = call(fresh), call(appends)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    assert (log, cn, d.keys()) == (rlog, rcn, rd.keys()) and torch.equal(d["sum"], rd["sum"])
+    assert (specengine.cache_misses(fresh), specengine.cache_hits(fresh)) == (0, 1)
+    assert [e.stats["origin"] for e in specengine.cache_entries(fresh)] == ["disk"]
+
+
+def test_an_argument_of_a_type_reached_from_outside_is_not_saved_and_explain_names_it(disk):
+    c = specengine.compile(reads_a_global_list)
+    torch.testing.assert_close(c(torch.ones(2), []), reads_a_global_list(torch.ones(2), []))
+    reason = specengine.cache_entries(c)[0].stats["not_saved"]
+    assert "log (a list) is none of the" in reason and "objects the program reaches from outside" in reason
+    assert "not saved: the prologue checks that log" in specengine.explain(c)

@@ -62,7 +62,7 @@ def _held_proxy(obj: Any, depth: int = 0) -> bool:
 
 
 def record(label: str, fn: Callable, args: tuple, kwargs: dict, tensors: bool = False,
-           caller: types.FrameType | None = None) -> None:  # fmt: skip
+           caller: types.FrameType | None = None, recipe: list | None = None) -> None:  # fmt: skip
     """Record `fn(*args, **kwargs)` as an impure op of the trace: its symbolic numbers (and with `tensors`, its
     tensors) are the op's arguments, every other leaf of the arguments is held by the op. A string made by an
     f-string of symbolic numbers in `caller` (`capture/effect_strings.py`) is formatted when the op runs."""
@@ -90,6 +90,9 @@ def record(label: str, fn: Callable, args: tuple, kwargs: dict, tensors: bool = 
         a, k = pytree.tree_unflatten(filled, spec)
         fn(*a, **k)
 
+    if recipe is not None and not templates and slots == list(range(len(leaves))):
+        impl = fn  # (it takes the op's values as they are)
+        impl.recipe = recipe
     sym = Symbol(f"{label.replace('.', '_')}_{next(_names)}", "effects", meta=lambda *a: None, impl=impl, pure=False)
     flat = [v for i in slots for v in (leaves[i] if i in templates else [leaves[i]])]
     state.record(sym, tuple(flat), {})

@@ -61,16 +61,19 @@ class _Walk:
     def __init__(self, skip: set[int]):
         self.skip = skip  # ids of objects handled elsewhere (the traced modules)
         self.seen: dict[int, str] = {}  # id -> where it was first reached
+        self.types: dict[int, type] = {}  # id -> the type of what was reached (the disk cache's outside_types)
         self.snaps: list[tuple[str, Any, str, Any, Any]] = []  # (where, object, kind, copy, root)
         self.root: Any = None  # the root being walked (a hook: its code is where a change is reported)
 
     def visit(self, where: str, v: Any, depth: int = 0, hook: bool = False) -> None:
         if isinstance(v, torch.nn.Module) and id(v) not in self.skip and id(v) not in self.seen:
             self.seen[id(v)] = where  # a module outside the traced trees (a hook's `self`): its attributes
+            self.types[id(v)] = type(v)
             self.snaps.append((where, v.__dict__, "attrs", list(v.__dict__.items()), self.root))
             return
         if isinstance(v, type) and id(v) not in self.seen and depth <= _MAX_DEPTH and not _library_class(v):
             self.seen[id(v)] = where  # a program's class: its attributes (`Counter.calls += 1`)
+            self.types[id(v)] = type(v)
             self.snaps.append((where, v, "class", dict(vars(v)), self.root))
             self._children(where, [(k, x) for k, x in vars(v).items() if not k.startswith("__")], depth, _attr)
             return
@@ -79,6 +82,7 @@ class _Walk:
         if depth > _MAX_DEPTH or len(self.seen) > _MAX_OBJECTS:
             return
         self.seen[id(v)] = where
+        self.types[id(v)] = type(v)
         if isinstance(v, (list, collections.deque)):
             self.snaps.append((where, v, "list", list(v), self.root))
             self._children(where, enumerate(v), depth, _item)
@@ -324,6 +328,7 @@ def check_not_aliased(specs: Any, walk: _Walk, rebuilt: set[int]) -> None:
                                  "the program would see it as two objects while tracing (the argument is traced as a "
                                  "copy, written back after each call); pass it only one way")  # fmt: skip
     specs.outside_ids = frozenset(k for k in walk.seen if k not in rebuilt)
+    specs.outside_types = frozenset(walk.types[k] for k in specs.outside_ids if k in walk.types)
 
 
 _LRU = type(functools.lru_cache(lambda: None))  # functools._lru_cache_wrapper

@@ -167,17 +167,14 @@ class _Planner:
         if isinstance(shadow, list):
             if len(shadow) == len(initial) and all(a is b for a, b in zip(shadow, initial)):
                 return []
-            j, fns = self.object(i), [self.value(v) for v in shadow]
-            return [lambda r, o, m, j=j, fns=fns: o[j].__setitem__(slice(None), [f(r, o, m) for f in fns])]
+            return [writeback_step("list", self.object(i), [self.value(v) for v in shadow], [])]
         state = shadow if isinstance(shadow, dict) else vars(shadow)
         changed = [k for k in state if k not in initial or state[k] is not initial[k]]
         removed = [k for k in initial if k not in state]
         if not changed and not removed:
             return []
-        j, fns = self.object(i), [(k, self.value(state[k])) for k in changed]
-        if isinstance(shadow, dict):
-            return [lambda r, o, m, j=j, fns=fns, removed=removed: _update_dict(o[j], fns, removed, r, o, m)]
-        return [lambda r, o, m, j=j, fns=fns, removed=removed: _update_object(o[j], fns, removed, r, o, m)]
+        fns = [(k, self.value(state[k])) for k in changed]
+        return [writeback_step("dict" if isinstance(shadow, dict) else "attrs", self.object(i), fns, removed)]
 
     def object(self, i: int) -> int:
         if i not in self.objects:
@@ -289,6 +286,25 @@ def _concrete_keys(k: Any) -> Any:
 
 def _constant(v: Any) -> Build:
     return _described(lambda r, o, m: v, "constant", v)
+
+
+def writeback_step(kind: str, j: int, fns: list, removed: list) -> Callable:
+    """A write-back step: make the caller's `j`-th object what tracing left its shadow as: a list's elements
+    (`fns`: builds), a dict's items or an object's attributes (`fns`: (key, build) pairs; `removed`: keys).
+    `step.recipe` is `(kind, j, fns, removed)`, from which the disk cache rebuilds it."""
+    if kind == "list":
+
+        def step(r: tuple, o: tuple, m: dict) -> None:
+            o[j][:] = [f(r, o, m) for f in fns]
+
+    else:
+        update = _update_dict if kind == "dict" else _update_object
+
+        def step(r: tuple, o: tuple, m: dict) -> None:
+            update(o[j], fns, removed, r, o, m)
+
+    step.recipe = (kind, j, fns, removed)
+    return step
 
 
 def _update_object(obj: Any, fns: list, removed: list, r: tuple, o: tuple, m: dict) -> None:

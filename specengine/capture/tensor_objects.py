@@ -366,13 +366,22 @@ def _check_absent(proxy: TensorProxy, name: str, where: str) -> None:
         return
     checked.add(name)
 
+    record(
+        f"check_no_attr_{name}", absent_check(name, where), (proxy,), {}, tensors=True, recipe=["absent", name, where]
+    )
+
+
+def absent_check(name: str, where: str) -> Any:
+    """The op of `_check_absent`: refuses a call whose tensor has the Python attribute `name` (also rebuilt from
+    its recipe `["absent", name, where]` by the disk cache)."""
+
     def check(t: torch.Tensor) -> None:
         if name in getattr(t, "__dict__", ()):
             raise UnsupportedOpError(f"reading the Python attribute {name!r} of an input tensor", where, "the "
                                      "trace took it to be missing and its value is not guarded; pass the value as "
                                      "an argument, or set it inside the compiled function")  # fmt: skip
 
-    record(f"check_no_attr_{name}", check, (proxy,), {}, tensors=True)
+    return check
 
 
 def _autograd_state(name: str) -> property:

@@ -103,6 +103,31 @@ class Disk:
             log.info("dynamic decisions not saved: %s", e)
 
 
+_ENGINE: dict[str, str] = {}  # engine_stat() -> engine_hash(), in this process
+
+
+def _engine(layout_dir: str, key: bytes) -> str:
+    """`keys.engine_hash()`, memoized in a signed file of the cache directory under `keys.engine_stat()`, so that a
+    new process does not read and hash every engine source file before its first call."""
+    stat = keys.engine_stat()
+    if stat in _ENGINE:
+        return _ENGINE[stat]
+    path = os.path.join(layout_dir, store.ENGINE_MEMO)
+    try:
+        d = decode(read_private(path), "engine", key)
+        if d["stat"] == stat and isinstance(d["hash"], str):
+            _ENGINE[stat] = d["hash"]
+            return d["hash"]
+    except (OSError, Rejected, KeyError, TypeError) as e:
+        log.debug("engine hash not read from %s: %s", path, e)
+    _ENGINE[stat] = found = keys.engine_hash()
+    try:
+        store.write_atomic(layout_dir, store.ENGINE_MEMO, encode("engine", {"stat": stat, "hash": found}, key))
+    except OSError as e:
+        log.info("engine hash not saved: %s", e)
+    return found
+
+
 def open_program(fn: Any, module: Any, dynamic: bool | None, executors: list[str]) -> Disk | None:
     """The disk cache of a compiled target, or None: off (`config.cache_dir` unset), an unsafe directory or key
     (warned once), or a target without a portable identity (a lambda, a partial)."""
@@ -118,7 +143,7 @@ def open_program(fn: Any, module: Any, dynamic: bool | None, executors: list[str
     except OSError as e:
         _warn_once(f"cannot use the cache directory {cache_dir}: {e}")
         return None
-    program = keys.program_key(fn, dynamic, executors)
+    program = keys.program_key(fn, dynamic, executors, _engine(layout_dir, key))
     if program is None:
         log.info("no disk cache for %r: it has no module and qualname", fn)
         return None

@@ -10,11 +10,12 @@ import types
 from dataclasses import astuple
 from typing import Any, NamedTuple
 
+from specengine.capture.tensor_objects import absent_check
 from specengine.codegen import exec_source
 from specengine.ir.trace import trace_globals
 from specengine.persist import keys
 from specengine.persist.guards import describe_guards, rebuild_guards
-from specengine.persist.outputs import describe_plan, rebuild, wrap
+from specengine.persist.outputs import describe_plan, rebuild, rebuild_steps, wrap
 from specengine.persist.recipes import (
     Context,
     NoRecipe,
@@ -58,7 +59,9 @@ def entry_payload(fn: Any, module: Any, prologue: Prologue, index: tuple | None,
     """The entry as JSON data (NoRecipe where a part has no recipe)."""
     specs = m.specs
     if specs.writes:
-        raise NoRecipe("module attributes the function assigns")
+        names = sorted({f"{type(w.obj).__name__}.{w.name}" for w in specs.writes if w.name})
+        raise NoRecipe(f"module attributes the function assigns ({', '.join(names[:4]) or 'state updates'}; "
+                       "TODO(issue 23): replay state writes from disk)")  # fmt: skip
     if specs.lifted:
         raise NoRecipe("tensors closed over from outside the arguments")
     ctx = context(fn, module)
@@ -96,9 +99,25 @@ def _outside_ids(specs: Any) -> list:
     every mutable argument is the call's own `**kwargs` dict, made fresh by each call, the check never fails: an
     empty set keeps it. Otherwise the entry is not saved."""
     fresh = {p.name for p in specs.signature.parameters.values() if p.kind is p.VAR_KEYWORD}
-    if all(spec.path in fresh for spec, _ in specs.mutables.values()):
+    passed = [(spec.path, type(value).__name__) for spec, value in specs.mutables.values() if spec.path not in fresh]
+    if not passed or _never_passed(specs, fresh):
         return ["value", encode_value(frozenset())]
-    raise NoRecipe("the ids of objects reachable from outside the arguments (a list, dict or object passed in)")
+    what = ", ".join(f"{path} (a {kind})" for path, kind in sorted(passed))
+    raise NoRecipe(f"the prologue checks that {what} is none of the {len(specs.outside_ids)} objects the program "
+                   "reaches from outside its arguments, by their ids in this process (TODO(issue 23): re-walk them "
+                   "at load)")  # fmt: skip
+
+
+def _never_passed(specs: Any, fresh: set) -> bool:
+    """Whether no object reached from outside can be a mutable argument: the prologue checks each one's exact type,
+    and none of those objects has that type (the compiled function itself, a class...). The check of ids can then
+    never fail, and an empty set keeps it."""
+    for spec, value in specs.mutables.values():
+        if spec.path not in fresh and (
+            getattr(spec, "type", None) is not type(value) or type(value) in specs.outside_types
+        ):
+            return False
+    return True
 
 
 def _identity_checked(name: str, text: str) -> bool:
@@ -124,7 +143,11 @@ def _computation(final: Any) -> dict:
 
 
 def _symbol_recipe(module: str, name: str, impl: Any) -> list:
-    """An executor symbol `<module>.<name>` whose callable is that attribute itself."""
+    """An executor symbol `<module>.<name>` whose callable is that attribute itself, or an effect op whose callable
+    carries a recipe (capture/effect_ops.record)."""
+    recipe = getattr(impl, "recipe", None)
+    if module == "effects" and isinstance(recipe, list) and recipe and recipe[0] in _EFFECTS:
+        return ["effect", *recipe]
     try:
         found = module.split(".")[0] == "torch" and _find_attr(module, name) is impl
     except (LookupError, AttributeError):
@@ -132,6 +155,15 @@ def _symbol_recipe(module: str, name: str, impl: Any) -> list:
     if not found:
         raise NoRecipe(f"the executor symbol {module}.{name}")
     return ["attr", module, name]
+
+
+_EFFECTS = {"absent": absent_check}  # effect ops rebuilt from their recipe: kind -> factory(*strings)
+
+
+def _effect(r: list) -> Any:
+    if r[0] not in _EFFECTS or not all(isinstance(x, str) for x in r[1:]):
+        raise Rejected(f"effect op {r[:1]}")
+    return _EFFECTS[r[0]](*r[1:])
 
 
 def _find_attr(module: str, name: str) -> Any:
@@ -237,7 +269,8 @@ def load_entry(payload: dict, fn: Any, module: Any) -> Loaded:
     computation = _load_computation(payload["computation"])
     if payload["output"] is not None:
         n_params = len(p["returns"]) - len(payload["output"]["objects"])
-        computation = wrap(computation, rebuild(payload["output"]["build"], ctx), n_params)
+        steps = rebuild_steps(payload["output"].get("steps", []), ctx)
+        computation = wrap(computation, rebuild(payload["output"]["build"], ctx), steps, n_params)
     index = None
     if payload["index"] is not None:
         i = payload["index"]
@@ -255,7 +288,7 @@ def _load_computation(c: dict) -> Any:
             raise Rejected(f"executor namespace {module} shadows a module")
         for name, r in items.items():
             try:
-                setattr(ns, name, _find_attr(r[1], r[2]))
+                setattr(ns, name, _effect(r[1:]) if r[0] == "effect" else _find_attr(r[1], r[2]))
             except (LookupError, AttributeError):
                 raise Rejected(f"executor symbol {r[1]}.{r[2]} not found") from None
     for name, r in c.get("constants", {}).items():

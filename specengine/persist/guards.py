@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import torch
+
 from specengine.persist import keys
 from specengine.persist.recipes import Context, NoRecipe, describe, resolve
 from specengine.persist.signing import Rejected
@@ -45,9 +47,7 @@ def rebuild_guards(descriptions: list[dict], ctx: Context) -> None:
         if d["kind"] == "structure":
             if ctx.module is None or d["path"] != "self":
                 raise Rejected("a structure guard needs the compiled module")
-            g = StructureGuard(ctx.module, d["path"])
-            if d["names"] is not None:
-                g.restrict(frozenset(d["names"]))
+            g = StructureGuard(ctx.module, d["path"], names=None if d["names"] is None else frozenset(d["names"]))
             found = portable_structure(g)
             if found != d["fingerprint"]:
                 raise Rejected(f"the module structure differs: {_first_difference(d['fingerprint'], found)}")
@@ -85,18 +85,31 @@ def portable_structure(g: StructureGuard) -> list:
             cls = objects[v[1]]
             v = keys.qualified(cls)
             if v not in classes:
-                classes[v] = keys.class_fingerprint(cls)
+                classes[v] = keys.digest(keys.class_fingerprint(cls))
         elif k.endswith(": submodules"):
             v = [name for name, _ in v]
         elif ": _" in k:
-            if v:
-                raise NoRecipe(f"hooks ({k})")
-            v = []
+            v = _portable_hooks(k, v, objects)
         else:
             v = _portable(v, objects)
         out.append([k, v])
     out.append(["classes", sorted(classes.items())])
     return json.loads(json.dumps(out))
+
+
+def _portable_hooks(k: str, hooks: tuple, objects: dict[int, Any]) -> list:
+    """A hooks dict of a module (or torch's global hooks), in order, each hook by its content fingerprint (its
+    code hash, defaults and closure; a callable object's fields are items of their own). Handle ids are a
+    process-wide counter: left out."""
+    if k.startswith("torch.nn.modules.module: "):
+        d = getattr(torch.nn.modules.module, k.partition(": ")[2], None) or {}
+        objects = {**objects, **{id(fn): fn for fn in d.values()}}
+    out = []
+    for _, ident in hooks:
+        if ident not in objects:
+            raise NoRecipe(f"hooks ({k}): a hook the guard does not hold")
+        out.append(keys.fp(objects[ident]))
+    return out
 
 
 def _portable_fields(g: ObjectsGuard) -> list:
@@ -133,15 +146,15 @@ def _portable(v: Any, objects: dict[int, Any]) -> Any:
             if obj is None:
                 raise NoRecipe("an object in the module structure that the guard does not hold")
             if is_config_object(obj):
-                return ["config", keys.class_fingerprint(type(obj))]  # its fields are items of their own
+                return ["config", keys.digest(keys.class_fingerprint(type(obj)))]  # its fields are items of their own
             if isinstance(obj, (dict, list, set, tuple)):
                 return ["container", keys.qualified(type(obj))]  # compared by identity in-process; walked contents
-            return keys.fingerprint(obj)  # are items of their own
+            return keys.fp(obj)  # are items of their own
         if len(v) == 3 and v[0] == "items" and v[1] in (set, frozenset):  # a set's items: ordered by their ids
             return ["items", keys.qualified(v[1]), sorted((_portable(x, objects) for x in v[2]), key=json.dumps)]
         return [_portable(x, objects) for x in v]
     if isinstance(v, type):
-        return keys.class_fingerprint(v)
+        return keys.digest(keys.class_fingerprint(v))
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     raise NoRecipe(f"a {type(v).__name__} in the module structure")

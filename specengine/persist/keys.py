@@ -12,6 +12,7 @@ import os
 import platform
 import sys
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -23,9 +24,19 @@ def _h(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=repr).encode("utf-8")).hexdigest()
 
 
+_CODE_HASHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # code objects are immutable
+
+
 def code_hash(code: types.CodeType) -> str:
     """A hash of what a code object does: bytecode, constants (nested code recursively), names, flags, argument
     counts and the exception table; not its file name or line table."""
+    found = _CODE_HASHES.get(code)
+    if found is None:
+        found = _CODE_HASHES[code] = _code_hash(code)
+    return found
+
+
+def _code_hash(code: types.CodeType) -> str:
     consts = [code_hash(c) if isinstance(c, types.CodeType) else _const(c) for c in code.co_consts]
     return _h(code.co_code.hex(), consts, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
               code.co_flags, code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_name,
@@ -72,7 +83,14 @@ def fingerprint(value: Any, depth: int = 0) -> Any:
         return class_fingerprint(value, depth)
     if isinstance(value, types.ModuleType):
         return ["module", value.__name__]
+    if isinstance(value, (types.UnionType, types.GenericAlias)) or type(value).__module__ == "typing":
+        return ["alias", qualified(type(value)), repr(value)]  # `str | None`, `Sequence['Config']`: by what they name
     return ["object", qualified(type(value))]
+
+
+def fp(value: Any) -> str:
+    """`fingerprint(value)` as a short hash (what recipes store and compare)."""
+    return digest(fingerprint(value))
 
 
 def function_fingerprint(fn: types.FunctionType, depth: int = 0) -> list:
@@ -114,19 +132,30 @@ def qualified(obj: Any) -> str:
     return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__name__)}"
 
 
+def _engine_files() -> list[tuple[str, str]]:
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = []
+    for folder, dirs, files in sorted(os.walk(top)):
+        dirs.sort()
+        out += [(path[len(top) + 1 :], path) for name in sorted(files) if name.endswith(".py")
+                for path in [os.path.join(folder, name)]]  # fmt: skip
+    return out
+
+
+def engine_stat() -> str:
+    """A hash of the engine's source files' names, sizes and modification times (what `engine_hash` is memoized
+    under, as Python's own bytecode cache is: a file rewritten in place changes its mtime)."""
+    return _h([(rel, st.st_size, st.st_mtime_ns) for rel, path in _engine_files() for st in [os.stat(path)]])
+
+
 @functools.lru_cache(maxsize=1)
 def engine_hash() -> str:
     """A hash of the engine's own source files (a development checkout changes without a version bump)."""
-    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     digest = hashlib.sha256()
-    for folder, dirs, files in sorted(os.walk(top)):
-        dirs.sort()
-        for name in sorted(files):
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                digest.update(os.path.relpath(path, top).encode() + b"\0")
-                with open(path, "rb") as f:
-                    digest.update(f.read())
+    for rel, path in _engine_files():
+        digest.update(rel.encode() + b"\0")
+        with open(path, "rb") as f:
+            digest.update(f.read())
     return digest.hexdigest()
 
 
@@ -141,12 +170,13 @@ def target_identity(fn: Any) -> list | None:
     return None
 
 
-def program_key(fn: Any, dynamic: bool | None, executors: list[str]) -> str | None:
-    """The directory name of a compiled target's entries (None: the target has no portable identity)."""
+def program_key(fn: Any, dynamic: bool | None, executors: list[str], engine: str | None = None) -> str | None:
+    """The directory name of a compiled target's entries (None: the target has no portable identity). `engine`:
+    `engine_hash()`, where the caller knows it already."""
     target = target_identity(fn)
     if target is None:
         return None
-    return _h("specengine-cache", 1, engine_hash(), torch.__version__, torch.version.git_version,
+    return _h("specengine-cache", 1, engine or engine_hash(), torch.__version__, torch.version.git_version,
               platform.python_implementation(), list(sys.version_info[:2]), executors, dynamic, target)[:40]  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 """Outputs of their own type across processes: the output plan of an entry (`capture/objects.py`: a ModelOutput, a
 dataclass, a dict subclass built from the computation's results) as data, and rebuilt from it. Each build function
-of a plan carries `.recipe`; a plan that changes the caller's objects (write-back steps) is not saved."""
+of a plan carries `.recipe`, and so does each write-back step (a list, dict or object passed in and changed)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,49 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from specengine.capture.objects import object_build
+from specengine.capture.objects import OutputPlan, object_build, writeback_step
 from specengine.persist.recipes import Context, NoRecipe, describe, resolve
 from specengine.persist.signing import Rejected
 
 
 def describe_plan(plan: Any, ctx: Context) -> dict:
-    """The plan's output as JSON (NoRecipe: write-back steps, or a part without a recipe)."""
-    if plan.steps:
-        raise NoRecipe("the function changes objects passed in (write-back steps)")
+    """The plan's output and write-back steps as JSON (NoRecipe: a part without a recipe)."""
     keys: dict[int, int] = {}
-    return {"build": _describe(plan.build, ctx, keys), "objects": list(plan.objects)}
+    steps = [_describe_step(step, ctx, keys) for step in plan.steps]
+    return {"build": _describe(plan.build, ctx, keys), "objects": list(plan.objects), "steps": steps}
+
+
+def _describe_step(step: Callable, ctx: Context, keys: dict[int, int]) -> list:
+    """A write-back step (capture/objects.writeback_step): a list's elements, a dict's items or an object's
+    attributes made what tracing left them as."""
+    recipe = getattr(step, "recipe", None)
+    if recipe is None:
+        raise NoRecipe("a write-back step without a recipe (the function changes objects passed in)")
+    kind, j, fns, removed = recipe
+    if kind == "list":
+        return [kind, j, [_describe(b, ctx, keys) for b in fns], []]
+    key = (lambda k: describe(k, ctx)) if kind == "dict" else (lambda k: k)
+    return [kind, j, [[key(k), _describe(b, ctx, keys)] for k, b in fns], [key(k) for k in removed]]
+
+
+def rebuild_steps(recipes: list, ctx: Context) -> list[Callable]:
+    """The write-back steps the recipes describe."""
+    out = []
+    for kind, j, fns, removed in recipes:
+        if kind not in ("list", "dict", "attrs") or type(j) is not int:
+            raise Rejected(f"unknown write-back step {kind!r}")
+        if kind == "list":
+            out.append(writeback_step(kind, j, [rebuild(b, ctx) for b in fns], []))
+            continue
+        key = (lambda k: resolve(k, ctx)) if kind == "dict" else _attr_name
+        out.append(writeback_step(kind, j, [(key(k), rebuild(b, ctx)) for k, b in fns], [key(k) for k in removed]))
+    return out
+
+
+def _attr_name(k: Any) -> str:
+    if type(k) is not str:
+        raise Rejected("an attribute name that is not a string")
+    return k
 
 
 def _describe(build: Callable, ctx: Context, keys: dict[int, int]) -> list:
@@ -88,10 +120,6 @@ def _new(recipe: list, ctx: Context) -> Callable:
     return object_build(cls, ("persist", key), state, items, elements)
 
 
-def wrap(computation: Callable, build: Callable, n_params: int) -> Callable:
-    """The entry's function: run the computation, then build the caller's output (as `OutputPlan.wrap`)."""
-
-    def entry(*inputs: Any) -> Any:
-        return build(computation(*inputs[:n_params]), inputs[n_params:], {})
-
-    return entry
+def wrap(computation: Callable, build: Callable, steps: list[Callable], n_params: int) -> Callable:
+    """The entry's function: run the computation, write back, then build the caller's output (`OutputPlan.wrap`)."""
+    return OutputPlan([], build, steps, []).wrap(computation, n_params)

@@ -17,6 +17,7 @@ from typing import Iterator
 
 LAYOUT = "v1"
 SUFFIX = ".se"
+ENGINE_MEMO = "engine" + SUFFIX  # the memoized engine hash (persist/__init__._engine), beside the programs
 
 
 class UnsafeDirectory(Exception):
@@ -150,4 +151,7 @@ def clear(cache_dir: str) -> int:
             if e.is_dir(follow_symlinks=False):
                 with contextlib.suppress(OSError):
                     os.rmdir(e.path)  # only when empty
+            elif e.name == ENGINE_MEMO and e.is_file(follow_symlinks=False) and e.stat().st_uid == os.geteuid():
+                with contextlib.suppress(OSError):
+                    os.unlink(e.path)  # (not an entry: not counted)
     return removed

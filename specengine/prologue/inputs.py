@@ -135,6 +135,7 @@ class InputSpecs:
     attr_facts: list = field(default_factory=list)  # (tensor local, attribute, value read) (capture/tensor_objects.py)
     mutables: dict = field(default_factory=dict)  # id -> (spec, value): lists, dicts, plain objects passed in
     outside_ids: frozenset = frozenset()  # ids of the mutable objects reachable from outside (capture/mutations.py)
+    outside_types: frozenset = frozenset()  # their types (an argument of another type is none of them)
     layouts: dict = field(default_factory=dict)  # tensor local -> its example layout (ops/overlap.layout_of)
 
     def leaves(self, state: bool = True) -> list:

@@ -378,10 +378,10 @@ class StructureGuard:
     the stamp (`prologue/stamps.py`: the modules' and config objects' `__dict__`s, the containers they hold) shows
     a write that bypassed every hook (`object.__setattr__(m, k, v)`, a replaced `__dict__`, `cfg.layers.append`)."""
 
-    def __init__(self, root: torch.nn.Module, path: str, skip: frozenset = frozenset()):
+    def __init__(self, root: torch.nn.Module, path: str, skip: frozenset = frozenset(), names: frozenset | None = None):
         watch(root)
         self.root, self.path, self.skip = root, path, skip
-        self.restrict(None)
+        self.restrict(names)
 
     def restrict(self, names: frozenset | None) -> None:
         """Take the fingerprint again, with the contents of the list, dict and set attributes of the modules only
