@@ -57,7 +57,8 @@ class Examples:
         hint = self.hints[name]
         lo, hi = self.ranges.get(name, (None, None))
         out = []
-        for v in (hint + 1, hint - 1, 2 * hint, 2 * hint + 2, 0, 1, -1, -hint):
+        near = (hint + 1, hint - 1, 2 * hint, 2 * hint + 2, hint + 2, hint - 2, hint + 4, hint - 4, hint + 8, hint - 8)
+        for v in (*near, hint // 2, 0, 1, -1, -hint):
             if v != hint and v not in out and (lo is None or v >= lo) and (hi is None or v <= hi):
                 out.append(v)
         return out

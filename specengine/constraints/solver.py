@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
@@ -21,7 +20,7 @@ from specengine.constraints.examples import Examples
 from specengine.constraints.floats import FloatExpr
 from specengine.constraints.folding import fold_conditions, fold_pinned, simplify
 from specengine.constraints.intervals import decide_by_bounds
-from specengine.constraints.z3expr import new_solver, to_z3, z3_module
+from specengine.constraints.z3expr import check, new_solver, to_z3, z3_module
 from specengine.errors import SolverWarning
 from specengine.provenance import Provenance
 
@@ -53,6 +52,7 @@ class Solution:
     z3_seconds: float = 0.0
     z3_max_seconds: float = 0.0
     ranges: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    z3_max_work: int = 0  # the most z3 work (resource units) one query took
 
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -122,6 +122,7 @@ class Solver:
         self.z3_calls = 0
         self.z3_seconds = 0.0
         self.z3_max_seconds = 0.0
+        self.z3_max_work = 0
         self.notes: list[str] = []
         self._all_symbols: list[str] | None = None
 
@@ -166,7 +167,7 @@ class Solver:
         log.info("solved %d constraints into %d guards with %d z3 calls", len(self.constraints), len(guards),
                   self.z3_calls)  # fmt: skip
         return Solution(guards, pinned, rep, key, self.z3_calls, tuple(self.notes), expr_pins, self.z3_seconds,
-                        self.z3_max_seconds, self.ranges)  # fmt: skip
+                        self.z3_max_seconds, self.ranges, self.z3_max_work)  # fmt: skip
 
     def _classes_and_pins(self) -> tuple[_Classes, dict[str, int], dict[str, Provenance]]:
         classes, pinned, prov = _Classes(), {}, {}
@@ -223,9 +224,8 @@ class Solver:
         self.z3_calls += 1
         solver.push()
         solver.add(*extra)
-        start = time.perf_counter()
-        result = solver.check(*assumptions)
-        elapsed = time.perf_counter() - start
+        result, elapsed, work = check(solver, *assumptions, what=what)
+        self.z3_max_work = max(self.z3_max_work, work)
         reason = solver.reason_unknown() if result == z3.unknown else ""
         if result == z3.sat and on_sat is not None:
             on_sat(solver.model())
@@ -381,7 +381,7 @@ def implies(facts: Iterable[E.Expr], goal: E.Expr, ranges: Ranges, timeout_ms: i
     try:
         solver.add(*range_facts(ranges, env), *(_z3_any(f, env) for f in facts))
         solver.add(z3.Not(_z3_any(goal, env)))
-        return solver.check() == z3.unsat
+        return check(solver, what=f"proving {goal}")[0] == z3.unsat
     except z3.Z3Exception:
         return False
 
