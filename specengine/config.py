@@ -26,7 +26,7 @@ class Config:
 
     recompile_limit: int = 8
     on_recompile_limit: str = "warn"
-    solver_rlimit: int = 2_000_000
+    solver_rlimit: int = 10_000
     solver_timeout_ms: int = 30_000
     cache_dir: str | None = field(default_factory=lambda: os.environ.get("SPECENGINE_CACHE_DIR") or None)
     cache_max_bytes: int = field(default_factory=lambda: int(os.environ.get("SPECENGINE_CACHE_MAX_BYTES") or 1 << 30))

@@ -159,9 +159,15 @@ class Facts:
             ((mono, k),) = terms.items()
             if len(mono) == 1 and k in (1, -1):
                 atom, r = mono[0], ((r - c) * k) % m
+                old = self.residues.get(atom)
+                if old is not None and old[1] >= m:
+                    return
                 self.residues[atom] = (r, m)
-                if atom.op == "mod" and atom.args[1].op == "const" and atom.args[1].value % m == 0:
+                divisor = atom.args[1].value if atom.op in ("mod", "floordiv") and atom.args[1].op == "const" else 0
+                if atom.op == "mod" and divisor % m == 0:
                     self._learn_residue(atom.args[0], r, m)  # z % (j*m) == r (mod m): z == r (mod m)
+                elif atom.op == "floordiv" and divisor > 0 and (rz := self.residue(atom.args[0], divisor)) is not None:
+                    self._learn_residue(atom.args[0], divisor * r + rz, divisor * m)  # z//c == r (m), z == rz (c)
 
     def residue(self, y: Expr, m: int) -> int | None:
         """`y % m` when the facts decide it (each term a multiple of `m` or an atom of known residue), else None."""
@@ -231,9 +237,16 @@ class Facts:
             c = b.value
             if c > 0:  # a = y + d with y % c known: a // c = y // c + (y % c + d) // c, a % c = (y % c + d) % c
                 d = E._terms(a).get((), 0)
-                r = self.residue(E.sub(a, d), c)
+                y = E.sub(a, d)
+                r = self.residue(y, c)
+                if r is not None and op == "mod":
+                    return E.const((r + d) % c)
                 if r is not None:
-                    return E.const((r + d) % c) if op == "mod" else E.add(E.floordiv(E.sub(a, d), c), (r + d) // c)
+                    known = self.residues.get(y, (0, 0))
+                    if known[1] > c and known[1] % c == 0:  # y == known[0] (mod m): y//c = (m/c)*(y//m) + ...
+                        r, m = known
+                        return E.add(E.mul(m // c, E.floordiv(y, m)), (r + d) // c)
+                    return E.add(E.floordiv(y, c), (r + d) // c)
             if op == "mod" and c != 0:
                 return E.sub(a, E.mul(c, E.floordiv(a, c)))
             return (E.floordiv if op == "floordiv" else E.mod)(a, b)

@@ -17,6 +17,7 @@ from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
 from specengine.constraints.decide import Ranges, linear_equality, range_facts, symbol_difference
 from specengine.constraints.examples import Examples
+from specengine.constraints.facts import Facts
 from specengine.constraints.floats import FloatExpr
 from specengine.constraints.folding import fold_conditions, fold_pinned, simplify
 from specengine.constraints.intervals import decide_by_bounds
@@ -295,23 +296,29 @@ class Solver:
         return [c for _, c in sorted(kept, key=lambda t: t[0])]
 
     def _minimize_group(self, constraints: list[Constraint], candidates: set[int] | None = None) -> list[int]:
-        """The indices of `constraints` kept (only `candidates` may go, when given). Each constraint is translated
-        once and guarded by an indicator literal; a query assumes the indicators of the constraints still kept.
-        Interval bounds settle some without z3."""
+        """The indices of `constraints` kept (only `candidates` may go, when given). Interval bounds, examples and
+        the facts of the others (`Facts`: bounds, nonzero atoms, residues) settle most without z3; z3 gets a fresh
+        solver per question (each constraint translated once), so that it preprocesses the whole problem."""
         kept = [i for i, c in enumerate(constraints) if decide_by_bounds(c.expr, self.ranges) is not True]
         if not kept:
             return []
         z3, env = z3_module(), {}
         terms = {i: to_z3(constraints[i].expr, env) for i in kept}
-        flags = {i: z3.Bool(f"__keep{i}") for i in kept}
         symbols = set().union(*(constraints[i].expr.free_symbols() for i in kept))
-        solver = self._z3(self._range_facts(symbols, env) + [z3.Implies(flags[i], terms[i]) for i in kept])
+        ranges = self._range_facts(symbols, env)
         examples = Examples([c.expr for c in constraints], self.hints, self.ranges)
         for i in [i for i in kept if candidates is None or i in candidates]:
             if examples.refutes(i, set(kept)):
                 continue  # not implied: an example satisfies the others and falsifies it
-            others = tuple(flags[j] for j in kept if j != i)
-            if self._check(solver, [z3.Not(terms[i])], f"minimizing {constraints[i]}", others) == z3.unsat:
+            others = [j for j in kept if j != i]
+            facts = Facts(self.ranges)
+            for j in others:
+                facts.add(constraints[j].expr)
+            if facts.decide(constraints[i].expr) is True:
+                kept.remove(i)
+                continue
+            solver = self._z3(ranges + [terms[j] for j in others])
+            if self._check(solver, [z3.Not(terms[i])], f"minimizing {constraints[i]}") == z3.unsat:
                 kept.remove(i)
         return kept
 
