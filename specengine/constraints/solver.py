@@ -177,7 +177,7 @@ class Solver:
                 pinned[s] = lo
                 prov[s] = Provenance("<input>", 0, "pin", "static size")
         for c in self.constraints:
-            parts = linear_equality(E.normalize(c.expr))
+            parts = linear_equality(E.normalize(simplify(c.expr, self.ranges)))  # `max(0, s0) == s2`: s2 is s0
             if parts is None:
                 continue
             p, constant = parts
