@@ -80,7 +80,8 @@ def test_nested_floor_division_of_a_conv_stack_is_bounded_by_intervals():
     assert d.z3_calls == 0 and len(d.constraints) == 1
 
 
-_ATOMS = [s0, s1, E.floordiv(s0, 2), E.mod(s0, 3), E.minimum(s0, s1), E.maximum(s0, 1), E.floordiv(s1, s0)]
+_ATOMS = [s0, s1, E.floordiv(s0, 2), E.mod(s0, 3), E.minimum(s0, s1), E.maximum(s0, 1), E.floordiv(s1, s0),
+          E.ite(E.eq(s0, 1), s1, s0), E.mod(s1, E.ite(E.eq(s1, 1), s0, s1))]  # fmt: skip
 
 
 def _expr(draw):
@@ -111,7 +112,7 @@ def _safe(b, env):
         return None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(_problem())
 def test_what_the_facts_decide_holds_wherever_the_facts_hold(problem):
     """Soundness: every decision holds at every point of a grid (0..12 squared) that satisfies the facts."""
@@ -141,6 +142,15 @@ def test_z3_is_bounded_by_work_and_an_unknown_is_recorded(monkeypatch):
     d = _decider({"s0": 6, "s1": 3}, E.gt(s0, s1))
     assert d.decide(E.ge(s0, s1), HERE) is True  # implied, but only z3 sees it, and z3 stops at once
     assert d.z3_calls == 1 and [str(c) for c in d.constraints] == ["s0 > s1", "s0 >= s1"]  # recorded, not assumed
+
+
+def test_broadcast_sizes_are_decided_by_cases():
+    """`numel % s0 == 0` where each broadcast size is `s3 if s0 == 1 else s0`: both cases of `s0 == 1` decide it."""
+    bcast = E.ite(E.eq(s0, 1), s1, s0)
+    outer = E.ite(E.eq(bcast, 1), s2, bcast)
+    d = _decider({"s0": 2, "s1": 2, "s2": 2, "s3": 3}, E.ne(s0, 0))
+    assert d.decide(E.eq(E.mod(E.mul(outer, s3), s0), 0), HERE) is True
+    assert d.z3_calls == 0 and len(d.constraints) == 1
 
 
 def _windows(x):

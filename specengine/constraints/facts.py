@@ -47,10 +47,34 @@ class Facts:
                     self._learn(part.args[0], part.args[1])
         self._canon.clear()
 
-    def decide(self, b: Expr) -> bool | None:
-        """The truth value of `b` that the facts imply, or None (undecided)."""
+    def decide(self, b: Expr, splits: int = 2) -> bool | None:
+        """The truth value of `b` that the facts imply, or None (undecided). Where an `if` condition is undecided, the
+        two cases are decided apart (`splits` deep): the same answer in both is implied."""
         known = self._decide(E.normalize(b))
-        return known if known is not None else self._decide(E.normalize(self.canon(b)))
+        if known is not None:
+            return known
+        n = E.normalize(self.canon(b))
+        known = self._decide(n)
+        if known is not None or splits == 0:
+            return known
+        conds = [x.args[0] for x in _walk(n) if x.op == "if"]  # innermost first: its cases fold the ones around it
+        cond = next((c for c in conds if not any(y.op == "if" for y in _walk(c))), None)
+        if cond is None:
+            return None
+        cases = []
+        for case in (cond, E.not_(cond)):
+            facts = self.copy()
+            facts.add(case)
+            cases.append(facts.decide(n, splits - 1))
+            if cases[-1] is None:
+                return None
+        return cases[0] if cases[0] == cases[1] else None
+
+    def copy(self) -> Facts:
+        out = Facts(self.ranges)
+        out.atoms, out.nonzero, out.known = dict(self.atoms), set(self.nonzero), set(self.known)
+        out.residues = dict(self.residues)
+        return out
 
     def _decide(self, n: Expr) -> bool | None:
         if n.op == "bconst":
@@ -288,6 +312,24 @@ class Facts:
             if k != 0 and all(a in self.nonzero or not _has_zero(self.bounds(a)) for a in mono):
                 return True
         return E.normalize(E.ne(e, 0)) in self.known
+
+
+def _walk(e: Expr) -> list[Expr]:
+    """The nodes of `e`, outermost first (each once)."""
+    out, seen, stack = [], set(), [e]
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        out.append(x)
+        if x.op == "poly":
+            stack.extend(a for mono, _ in reversed(x.args[1]) for a in reversed(mono))
+        elif x.op == "rel":
+            stack.extend((x.args[2], x.args[1]))
+        elif x.op not in ("const", "bconst", "sym"):
+            stack.extend(reversed(x.args))
+    return out
 
 
 def _has_zero(b: Bound) -> bool:
