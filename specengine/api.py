@@ -371,6 +371,7 @@ def _stats(times: dict[str, float], decider: Decider, solution: Solution) -> dic
         "z3_calls": decider.z3_calls + solution.z3_calls,
         "z3_s": decider.z3_seconds + solution.z3_seconds,
         "z3_max_query_s": max(decider.z3_max_seconds, solution.z3_max_seconds),
+        "z3_max_query_work": max(decider.z3_max_work, solution.z3_max_work),
     }
 
 

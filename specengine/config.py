@@ -11,8 +11,9 @@ class Config:
     """Attributes:
     recompile_limit: entries per compiled function; past it, calls run eagerly (or raise).
     on_recompile_limit: "warn" (a RecompileLimitWarning, then an eager run) or "raise" (RecompileLimitError).
-    solver_rlimit: the work limit of each z3 query, in z3's resource units (deterministic, unlike a clock: about
-        1-2 s of z3 work on one core; the hardest query of the test suite takes about 55 000). 0: no limit.
+    solver_rlimit: the work limit of each z3 query, in z3's resource units (deterministic, unlike a clock: at most
+        about 0.1 s of z3 on a loaded 2-core machine, far less for linear queries). Cheap proofs (constraints/facts.py)
+        answer the common questions before z3 is asked. 0: no limit.
     solver_timeout_ms: the wall-clock limit of each z3 query, a backstop behind `solver_rlimit` for a machine so
         loaded that the work limit is not reached in time.
     On either limit a query answers `unknown`, and the solver keeps the stronger guard set with a warning.
@@ -35,7 +36,7 @@ class Config:
 
     recompile_limit: int = 8
     on_recompile_limit: str = "warn"
-    solver_rlimit: int = 2_000_000
+    solver_rlimit: int = 10_000
     solver_timeout_ms: int = 30_000
     cache_dir: str | None = field(default_factory=lambda: os.environ.get("SPECENGINE_CACHE_DIR") or None)
     cache_max_bytes: int = field(default_factory=lambda: int(os.environ.get("SPECENGINE_CACHE_MAX_BYTES") or 1 << 30))

@@ -71,9 +71,9 @@ def test_equivalent_sets_get_equal_keys():
 
 def test_unknown_falls_back_to_the_stronger_guard_set(monkeypatch):
     monkeypatch.setattr(z3.Solver, "check", lambda self, *a: z3.unknown)
-    with pytest.warns(SolverWarning, match="z3 gave up"):
-        sol = solve(E.gt(s0, 2), E.gt(s0, 1), hints={"s0": 5, "s1": 0, "s2": 0})
-    assert texts(sol) == ["s0 > 1", "s0 > 2"]  # nothing dropped: stronger, still sound
+    with pytest.warns(SolverWarning, match="z3 gave up"):  # s0 >= s1 is implied, but only z3 sees it
+        sol = solve(E.gt(s0, s1), E.ge(s0, s1), hints={"s0": 5, "s1": 2, "s2": 0})
+    assert texts(sol) == ["s0 > s1", "s0 >= s1"]  # nothing dropped: stronger, still sound
 
 
 def test_z3_failure_specializes_every_symbol(monkeypatch):
@@ -81,8 +81,8 @@ def test_z3_failure_specializes_every_symbol(monkeypatch):
         raise z3.Z3Exception("injected")
 
     monkeypatch.setattr(z3.Solver, "check", boom)
-    with pytest.warns(SolverWarning, match="specializing every symbol"):  # s0 > 1: no example answers it
-        sol = solve(E.gt(s0, 2), E.gt(s0, 1), hints={"s0": 5, "s1": 1, "s2": 2})
+    with pytest.warns(SolverWarning, match="specializing every symbol"):  # s0 >= s1: only z3 answers it
+        sol = solve(E.gt(s0, s1), E.ge(s0, s1), hints={"s0": 5, "s1": 1, "s2": 2})
     assert dict(sol.pinned) == {"s0": 5, "s1": 1, "s2": 2}
 
 
@@ -113,22 +113,24 @@ def test_examples_answer_what_they_can_without_z3():
     sol = solve(E.gt(s0, 2), E.ne(s2, 1), E.eq(E.mul(s0, 2), s1), hints=hints)
     assert texts(sol) == ["2*s0 == s1", "s0 > 2", "s2 != 1"] and sol.z3_calls == 0  # each one refuted by example
     sol = solve(E.gt(s0, 2), E.gt(s0, 1), E.ne(s1, 1), E.eq(E.mul(s0, 2), s1), hints=hints)
-    assert texts(sol) == ["2*s0 == s1", "s0 > 2"] and sol.z3_calls == 3  # s0 > 2 (s0 = 2 is not tried), the implied two
+    assert texts(sol) == ["2*s0 == s1", "s0 > 2"] and sol.z3_calls == 1  # s0 > 1: the bounds of s0 > 2; s1 != 1: z3
 
 
-def test_decider_uses_ranges_then_z3_and_records_only_undecided():
-    d = Decider({"s0": 4, "s1": 4}, {"s0": (0, None), "s1": (0, None)})
+def test_decider_uses_ranges_then_facts_then_z3_and_records_only_undecided():
+    d = Decider({"s0": 4, "s1": 3}, {"s0": (0, None), "s1": (0, None)})
     assert d.decide(E.ge(s0, 0), HERE) is True  # by range
     assert d.z3_calls == 0 and d.constraints == []
     assert d.decide(E.gt(s0, 2), HERE) is True  # undecided: recorded
     assert [str(c) for c in d.constraints] == ["s0 > 2"]
-    assert d.decide(E.gt(s0, 1), HERE) is True  # implied by s0 > 2, via z3
-    assert d.z3_calls >= 1 and len(d.constraints) == 1
-    calls = d.z3_calls
-    assert d.decide(E.gt(s0, 1), HERE) is True  # memoized
-    assert d.z3_calls == calls
-    assert d.pin(E.mul(s0, s1), HERE) == 16
-    assert str(d.constraints[-1]) == "s0*s1 == 16"
+    assert d.decide(E.gt(s0, 1), HERE) is True  # implied by s0 > 2: the facts' bounds prove it, no z3
+    assert d.z3_calls == 0 and len(d.constraints) == 1
+    assert d.decide(E.gt(s0, s1), HERE) is True  # recorded
+    assert d.decide(E.ge(s0, s1), HERE) is True  # implied, beyond bounds: z3
+    assert d.z3_calls == 1 and len(d.constraints) == 2
+    assert d.decide(E.ge(s0, s1), HERE) is True  # memoized
+    assert d.z3_calls == 1
+    assert d.pin(E.mul(s0, s1), HERE) == 12
+    assert str(d.constraints[-1]) == "s0*s1 == 12"
 
 
 def test_compile_statistics_count_z3_calls():

@@ -8,14 +8,16 @@ decision is recorded as a constraint with its provenance.
 from __future__ import annotations
 
 import ctypes
-import time
 from typing import TYPE_CHECKING, Any
 
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
+from specengine.constraints.examples import Examples
+from specengine.constraints.facts import Facts
+from specengine.constraints.folding import simplify
 from specengine.constraints.intervals import decide_by_bounds
 from specengine.constraints.unbacked import Unbacked
-from specengine.constraints.z3expr import new_solver, to_z3, z3_module
+from specengine.constraints.z3expr import check, new_solver, to_z3, z3_module
 from specengine.errors import SpecEngineError
 from specengine.provenance import Provenance
 
@@ -42,10 +44,12 @@ class Decider:
         self.z3_calls = 0
         self.z3_seconds = 0.0
         self.z3_max_seconds = 0.0
+        self.z3_max_work = 0  # the most z3 work (resource units) one query took
         self._timeout_ms = timeout_ms
         self._memo: dict[E.Expr, bool] = {}
-        self._solver: z3.Solver | None = None
         self._z3_env: dict[str, z3.ArithRef] = {}
+        self._z3_terms: dict[E.Expr, Any] = {}  # recorded constraints translated once
+        self._facts: Facts | None = None  # bounds and nonzero atoms of the recorded constraints (built on demand)
         # symbol -> representative or constant, from recorded equalities and static ranges (lo == hi)
         self._subst: dict[str, E.Expr] = {
             s: E.const(lo) for s, (lo, hi) in ranges.items() if lo is not None and lo == hi
@@ -80,9 +84,13 @@ class Decider:
         self.constraints.append(Constraint(b, provenance))
         self._memo[E.normalize(b)] = True
         self._constrained |= b.free_symbols()
-        self._merge(E.normalize(b))
-        if self._solver is not None:
-            self._solver.add(to_z3(b, self._z3_env))
+        subst = self._subst
+        self._merge(E.normalize(simplify(b, self.ranges)))  # `max(0, s0) == s2` with s0 >= 0: s2 is s0
+        if self._facts is not None:
+            if self._subst is subst:
+                self._facts.add(b.subs(subst) if subst else b)
+            else:
+                self._facts = None  # a new equality: the facts are rebuilt over the new representatives
 
     def _merge(self, n: E.Expr) -> None:
         """Track `s_a == s_b` and `s == c` facts as a substitution, so later queries fold syntactically."""
@@ -120,12 +128,28 @@ class Decider:
             return True
         known = self._memo.get(n)
         if known is None:
-            known = decide_by_bounds(n, self.ranges)
-        if known is None and n.free_symbols() <= self._constrained:
+            known = self.facts().decide(n)
+            if known is not None and known is not value:  # the hints satisfy every fact: a proof can only agree
+                raise SpecEngineError(f"internal error: {n} proved {known} but is {value} at the example inputs")
+        if known is None and n.free_symbols() <= self._constrained and not self._refuted(n, value):
             known = self._z3_decide(n, value)
         if known is not None:
             self._memo[n] = known
         return known is not None
+
+    def facts(self) -> Facts:
+        """What the ranges and the recorded constraints (over the current representatives) say, for cheap proofs."""
+        if self._facts is None:
+            self._facts = Facts(self.ranges)
+            for c in self.constraints:
+                self._facts.add(c.expr.subs(self._subst) if self._subst else c.expr)
+        return self._facts
+
+    def _refuted(self, n: E.Expr, value: bool) -> bool:
+        """Whether an example (the hints with a symbol changed) satisfies every recorded constraint and gives `n`
+        the other truth value: then `n` is not implied, and z3 need not be asked."""
+        exprs = [c.expr for c in self.constraints] + [n if value else E.not_(n)]
+        return Examples(exprs, self.hints, self.ranges).refutes(len(exprs) - 1, set(range(len(exprs))))
 
     def prove(self, b: E.Expr, oblivious: frozenset[str] = frozenset()) -> bool | None:
         """The truth value of `b` that the ranges, the recorded constraints and the unbacked facts and assumptions
@@ -145,17 +169,21 @@ class Decider:
         return known
 
     def _z3_decide(self, n: E.Expr, value: bool, facts: tuple = ()) -> bool | None:
+        """z3 over the constraints that share symbols (transitively) with the query: a fresh solver each time, so
+        z3 preprocesses the whole problem (an incremental one skips that, and takes seconds on div/mod nests) and
+        the answer does not depend on the queries asked before. Bounded by `config.solver_rlimit`."""
         z3 = z3_module()
-        solver = self._ensure_solver()
         self.z3_calls += 1
-        solver.push()
-        start = time.perf_counter()
+        elapsed = 0.0
         try:
-            for fact in facts:  # unbacked facts and assumptions: only for queries on unbacked symbols
-                solver.add(to_z3(fact, self._z3_env))
+            solver = new_solver(self._timeout_ms)
+            related, symbols = self._related([n, *facts])
+            solver.add(*range_facts({s: r for s, r in self.ranges.items() if s in symbols}, self._z3_env))
+            solver.add(*(self._z3_term(e) for e in (*related, *facts)))
             z = to_z3(n, self._z3_env)
             solver.add(z3.Not(z) if value else z)
-            result = solver.check()
+            result, elapsed, work = check(solver, what=f"deciding {n} is {value}")
+            self.z3_max_work = max(self.z3_max_work, work)
         except z3.Z3Exception:
             result = z3.unknown  # undecided: the decision is recorded, which is sound
         except ctypes.ArgumentError as e:  # how ctypes reports a RecursionError of the program (deep recursion)
@@ -163,20 +191,33 @@ class Decider:
                 raise
             raise RecursionError("maximum recursion depth exceeded (while deciding a branch)") from e
         finally:
-            solver.pop()
-            elapsed = time.perf_counter() - start
             self.z3_seconds += elapsed
             self.z3_max_seconds = max(self.z3_max_seconds, elapsed)
         return value if result == z3.unsat else None
 
-    def _ensure_solver(self) -> z3.Solver:
-        if self._solver is None:
-            self._solver = new_solver(self._timeout_ms)
-            for fact in range_facts(self.ranges, self._z3_env):
-                self._solver.add(fact)
-            for c in self.constraints:
-                self._solver.add(to_z3(c.expr, self._z3_env))
-        return self._solver
+    def _related(self, exprs: list[E.Expr]) -> tuple[list[E.Expr], set[str]]:
+        """The recorded constraints that share symbols, transitively, with `exprs`, and all their symbols."""
+        symbols = set().union(*(e.free_symbols() for e in exprs))
+        pending = [c.expr for c in self.constraints]
+        related: list[E.Expr] = []
+        grew = True
+        while grew:
+            grew, rest = False, []
+            for e in pending:
+                if e.free_symbols() & symbols:
+                    related.append(e)
+                    symbols |= e.free_symbols()
+                    grew = True
+                else:
+                    rest.append(e)
+            pending = rest
+        return related, symbols
+
+    def _z3_term(self, e: E.Expr) -> Any:
+        term = self._z3_terms.get(e)
+        if term is None:
+            term = self._z3_terms[e] = to_z3(e, self._z3_env)
+        return term
 
 
 def range_facts(ranges: Ranges, env: dict[str, z3.ArithRef]) -> list:

@@ -38,6 +38,25 @@ class Examples:
                 env = {**self.hints, name: value}
                 if _value(self.exprs[i], env) is False and self._repaired(env, name, kept, skip=i):
                     return True
+        return self._refutes_jointly(i, kept)
+
+    def _refutes_jointly(self, i: int, kept: set[int]) -> bool:
+        """Every symbol of `i` scaled at once (`min(s2//8, s3//8) <= 4` needs both sizes to grow)."""
+        names = sorted(self.exprs[i].free_symbols())
+        if len(names) < 2:
+            return False
+        for k in (2, 3):
+            env = dict(self.hints)
+            for name in names:
+                lo, hi = self.ranges.get(name, (None, None))
+                value = k * self.hints[name]
+                if (lo is None or value >= lo) and (hi is None or value <= hi):
+                    env[name] = value
+            if _value(self.exprs[i], env) is not False:
+                continue
+            touched = {j for name in names for j in self.mentions[name] if j in kept and j != i}
+            if all(_value(self.exprs[j], env) is True for j in touched):
+                return True
         return False
 
     def unpinned(self, names: Sequence[str], kept: set[int]) -> set[str]:
@@ -57,7 +76,8 @@ class Examples:
         hint = self.hints[name]
         lo, hi = self.ranges.get(name, (None, None))
         out = []
-        for v in (hint + 1, hint - 1, 2 * hint, 2 * hint + 2, 0, 1, -1, -hint):
+        near = (hint + 1, hint - 1, 2 * hint, 2 * hint + 2, hint + 2, hint - 2, hint + 4, hint - 4, hint + 8, hint - 8)
+        for v in (*near, hint + hint // 2, hint // 2, 0, 1, -1, -hint):
             if v != hint and v not in out and (lo is None or v >= lo) and (hi is None or v <= hi):
                 out.append(v)
         return out

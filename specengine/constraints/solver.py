@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
@@ -18,10 +17,11 @@ from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
 from specengine.constraints.decide import Ranges, linear_equality, range_facts, symbol_difference
 from specengine.constraints.examples import Examples
+from specengine.constraints.facts import Facts
 from specengine.constraints.floats import FloatExpr
 from specengine.constraints.folding import fold_conditions, fold_pinned, simplify
 from specengine.constraints.intervals import decide_by_bounds
-from specengine.constraints.z3expr import new_solver, to_z3, z3_module
+from specengine.constraints.z3expr import check, new_solver, to_z3, z3_module
 from specengine.errors import SolverWarning
 from specengine.provenance import Provenance
 
@@ -53,6 +53,7 @@ class Solution:
     z3_seconds: float = 0.0
     z3_max_seconds: float = 0.0
     ranges: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    z3_max_work: int = 0  # the most z3 work (resource units) one query took
 
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -122,6 +123,7 @@ class Solver:
         self.z3_calls = 0
         self.z3_seconds = 0.0
         self.z3_max_seconds = 0.0
+        self.z3_max_work = 0
         self.notes: list[str] = []
         self._all_symbols: list[str] | None = None
 
@@ -166,7 +168,7 @@ class Solver:
         log.info("solved %d constraints into %d guards with %d z3 calls", len(self.constraints), len(guards),
                   self.z3_calls)  # fmt: skip
         return Solution(guards, pinned, rep, key, self.z3_calls, tuple(self.notes), expr_pins, self.z3_seconds,
-                        self.z3_max_seconds, self.ranges)  # fmt: skip
+                        self.z3_max_seconds, self.ranges, self.z3_max_work)  # fmt: skip
 
     def _classes_and_pins(self) -> tuple[_Classes, dict[str, int], dict[str, Provenance]]:
         classes, pinned, prov = _Classes(), {}, {}
@@ -175,7 +177,7 @@ class Solver:
                 pinned[s] = lo
                 prov[s] = Provenance("<input>", 0, "pin", "static size")
         for c in self.constraints:
-            parts = linear_equality(E.normalize(c.expr))
+            parts = linear_equality(E.normalize(simplify(c.expr, self.ranges)))  # `max(0, s0) == s2`: s2 is s0
             if parts is None:
                 continue
             p, constant = parts
@@ -223,9 +225,8 @@ class Solver:
         self.z3_calls += 1
         solver.push()
         solver.add(*extra)
-        start = time.perf_counter()
-        result = solver.check(*assumptions)
-        elapsed = time.perf_counter() - start
+        result, elapsed, work = check(solver, *assumptions, what=what)
+        self.z3_max_work = max(self.z3_max_work, work)
         reason = solver.reason_unknown() if result == z3.unknown else ""
         if result == z3.sat and on_sat is not None:
             on_sat(solver.model())
@@ -295,23 +296,29 @@ class Solver:
         return [c for _, c in sorted(kept, key=lambda t: t[0])]
 
     def _minimize_group(self, constraints: list[Constraint], candidates: set[int] | None = None) -> list[int]:
-        """The indices of `constraints` kept (only `candidates` may go, when given). Each constraint is translated
-        once and guarded by an indicator literal; a query assumes the indicators of the constraints still kept.
-        Interval bounds settle some without z3."""
+        """The indices of `constraints` kept (only `candidates` may go, when given). Interval bounds, examples and
+        the facts of the others (`Facts`: bounds, nonzero atoms, residues) settle most without z3; z3 gets a fresh
+        solver per question (each constraint translated once), so that it preprocesses the whole problem."""
         kept = [i for i, c in enumerate(constraints) if decide_by_bounds(c.expr, self.ranges) is not True]
         if not kept:
             return []
         z3, env = z3_module(), {}
         terms = {i: to_z3(constraints[i].expr, env) for i in kept}
-        flags = {i: z3.Bool(f"__keep{i}") for i in kept}
         symbols = set().union(*(constraints[i].expr.free_symbols() for i in kept))
-        solver = self._z3(self._range_facts(symbols, env) + [z3.Implies(flags[i], terms[i]) for i in kept])
+        ranges = self._range_facts(symbols, env)
         examples = Examples([c.expr for c in constraints], self.hints, self.ranges)
         for i in [i for i in kept if candidates is None or i in candidates]:
             if examples.refutes(i, set(kept)):
                 continue  # not implied: an example satisfies the others and falsifies it
-            others = tuple(flags[j] for j in kept if j != i)
-            if self._check(solver, [z3.Not(terms[i])], f"minimizing {constraints[i]}", others) == z3.unsat:
+            others = [j for j in kept if j != i]
+            facts = Facts(self.ranges)
+            for j in others:
+                facts.add(constraints[j].expr)
+            if facts.decide(constraints[i].expr) is True:
+                kept.remove(i)
+                continue
+            solver = self._z3(ranges + [terms[j] for j in others])
+            if self._check(solver, [z3.Not(terms[i])], f"minimizing {constraints[i]}") == z3.unsat:
                 kept.remove(i)
         return kept
 
@@ -381,7 +388,7 @@ def implies(facts: Iterable[E.Expr], goal: E.Expr, ranges: Ranges, timeout_ms: i
     try:
         solver.add(*range_facts(ranges, env), *(_z3_any(f, env) for f in facts))
         solver.add(z3.Not(_z3_any(goal, env)))
-        return solver.check() == z3.unsat
+        return check(solver, what=f"proving {goal}")[0] == z3.unsat
     except z3.Z3Exception:
         return False
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import functools
+import logging
 import operator
+import time
 from typing import Any
 
 from specengine.config import config
 from specengine.constraints.expr import _RELOPS, BoolLike, Expr, IntLike, as_expr
+
+log = logging.getLogger("specengine.solver")  # the "solver" log topic: one line per z3 query
 
 
 def z3_module() -> Any:
@@ -26,6 +30,27 @@ def new_solver(timeout_ms: int) -> Any:
     if config.solver_rlimit:
         solver.set("rlimit", config.solver_rlimit)
     return solver
+
+
+def check(solver: Any, *assumptions: Any, what: str = "") -> tuple[Any, float, int]:
+    """`solver.check(*assumptions)`, its wall-clock seconds and its z3 work (resource units: what `rlimit` bounds).
+
+    The "solver" log topic gets one line per query: the answer, its milliseconds, its work and what it decided.
+    """
+    before = _rlimit_count(solver)
+    start = time.perf_counter()
+    result = solver.check(*assumptions)
+    elapsed = time.perf_counter() - start
+    work = _rlimit_count(solver) - before
+    if log.isEnabledFor(logging.INFO):
+        reason = f" ({solver.reason_unknown()})" if str(result) == "unknown" else ""
+        log.info("z3 %s%s in %.1f ms, rlimit %d: %s", result, reason, elapsed * 1e3, work, what)
+    return result, elapsed, work
+
+
+def _rlimit_count(solver: Any) -> int:
+    """The z3 work the solver has done so far, in resource units (cumulative over its checks)."""
+    return int(solver.statistics().get_key_value("rlimit count"))
 
 
 class _Translator:
