@@ -45,10 +45,11 @@ from typing import Any, Callable, Iterator
 import torch
 
 from specengine import logs
+from specengine.capture import call_table
 from specengine.capture.library import importing_now
 from specengine.errors import UnsupportedOpError
 from specengine.prologue.external import has_value_semantics
-from specengine.provenance import _is_internal
+from specengine.provenance import _is_internal, is_installed
 
 _MISSING = object()
 _SPECENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -112,13 +113,14 @@ class Watch:
         self.outside = {id(f) for f in _stack(sys._getframe())}  # the frames below the trace: not the trace's
         self.made: set[int] = set()  # ids of the `random.Random` objects made while tracing
         self.generators: list[tuple[str, Any, Any]] = []  # (what, a random generator object, its state)
+        self.own: dict[types.CodeType, bool] = {}  # code -> whether it is the program's own (`_own`)
         self.fn = self._profile
 
     def _profile(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         if self.generators and event in ("call", "c_call"):
             self._drawn_from(frame if event == "c_call" else frame.f_back)
         if event == "c_call":
-            if getattr(arg, "__name__", None) in _NAMES and not importing_now():
+            if not importing_now() and (getattr(arg, "__name__", None) in _NAMES or self._own(frame)):
                 self._c_call(frame, arg)
         elif event == "call":
             if frame.f_code is _RANDOM_INIT:  # a generator of the trace's own: `random.Random(0).random()` is fine
@@ -169,6 +171,29 @@ class Watch:
                          f"ContextVar({owner.name!r}).get()", None)  # fmt: skip
         elif fn is next:
             self._next(frame)
+        elif self._own(frame):
+            self._unseen(frame, fn)
+
+    def _own(self, frame: types.FrameType) -> bool:
+        """Whether `frame` runs the program's own code (user code that is not an installed library's)."""
+        own = self.own.get(frame.f_code)
+        if own is None:
+            own = self.own[frame.f_code] = self.is_user(frame) and not is_installed(frame.f_code.co_filename)
+        return own
+
+    def _unseen(self, frame: types.FrameType, fn: Any) -> None:
+        """A C call of the program's own code not handled by name: by its module (`call_table.verdict`)."""
+        verdict = call_table.verdict(fn)
+        if verdict in (call_table.PURE, call_table.TORCH):
+            return
+        if verdict == call_table.GETTER:
+            text = call_table.GETTERS[fn]
+            self._getter(f"calls.{text[:-2]}", fn, text, None)
+        elif verdict == call_table.REFUSED or not call_table.result_dropped(frame):
+            what = call_table.shown(fn)
+            self._refuse(frame, what, f"specengine does not know whether {what[:-2]} gives the same result on every "
+                         "call: it would run once, while tracing, and every cached call would reuse its result; call "
+                         "it outside the compiled function and pass the result in")  # fmt: skip
 
     def _drawn_from(self, frame: types.FrameType | None) -> None:
         """Refuse a draw from a generator object the function was given or reads (numpy's are Cython functions:
