@@ -46,6 +46,7 @@ import torch
 
 from specengine import logs
 from specengine.capture import call_table
+from specengine.capture.iterators import Iterators
 from specengine.capture.library import importing_now
 from specengine.errors import UnsupportedOpError
 from specengine.prologue.external import has_value_semantics
@@ -113,6 +114,7 @@ class Watch:
         self.outside = {id(f) for f in _stack(sys._getframe())}  # the frames below the trace: not the trace's
         self.made: set[int] = set()  # ids of the `random.Random` objects made while tracing
         self.generators: list[tuple[str, Any, Any]] = []  # (what, a random generator object, its state)
+        self.iterators = Iterators()  # iterators that live across calls (iterators.py)
         self.own: dict[types.CodeType, bool] = {}  # code -> whether it is the program's own (`_own`)
         self.fn = self._profile
 
@@ -123,6 +125,10 @@ class Watch:
             if not importing_now() and (getattr(arg, "__name__", None) in _NAMES or self._own(frame)):
                 self._c_call(frame, arg)
         elif event == "call":
+            if self.iterators.frames and id(frame) in self.iterators.frames:
+                self.iterators.resumed(frame, self._user_caller(frame.f_back))
+            elif (frame.f_code not in self.own or frame.f_code.co_freevars) and self._own(frame):
+                self.iterators.scan_frame(frame, self._made_here)
             if frame.f_code is _RANDOM_INIT:  # a generator of the trace's own: `random.Random(0).random()` is fine
                 self.made.add(id(frame.f_locals.get("self")))
             elif frame.f_code in _THREAD_CODES and not importing_now() and self._from_user(frame.f_back):
@@ -180,6 +186,15 @@ class Watch:
         if own is None:
             own = self.own[frame.f_code] = self.is_user(frame) and not is_installed(frame.f_code.co_filename)
         return own
+
+    def _user_caller(self, frame: types.FrameType | None) -> types.FrameType | None:
+        while frame is not None and not self.is_user(frame):
+            frame = frame.f_back
+        return frame
+
+    def _made_here(self, name: str, frame: types.FrameType) -> bool:
+        """Whether the closure variable `name` of `frame` was made by a frame of this trace."""
+        return any(name in f.f_code.co_cellvars for f in _user_frames(frame.f_back, self._in_trace))
 
     def _unseen(self, frame: types.FrameType, fn: Any) -> None:
         """A C call of the program's own code not handled by name: by its module (`call_table.verdict`)."""
@@ -411,6 +426,7 @@ def watching(state: Any, is_user: Callable[[types.FrameType], bool], named: list
     found = generators(named)
     watch = Watch(state, is_user)
     watch.generators = found
+    watch.iterators.scan(named)
     watch.prev = sys.getprofile()
     if watch.prev is not None and not callable(watch.prev):  # a C profiler (cProfile): it cannot be chained
         logs.root.warning("a C-level profiler (cProfile) is active: the C calls of this trace are not checked")
@@ -425,8 +441,10 @@ def watching(state: Any, is_user: Callable[[types.FrameType], bool], named: list
     finally:
         sys.setprofile(watch.prev)
         _local.watch = outer
+        watch.iterators.put_back()
         if outer is not None:  # a trace inside a trace: the outer one made these calls too
             outer.drew_torch |= watch.drew_torch
             outer.drew_host |= watch.drew_host
     watch.check()
+    watch.iterators.check(code for code, own in watch.own.items() if own)
     _check_generators(found)
