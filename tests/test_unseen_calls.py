@@ -27,10 +27,10 @@ import numpy as np
 import pytest
 import torch
 from helpers import counts
+from unseen_gen import all_cases, run_case
 
 import specengine
 from specengine import UnsupportedOpError
-from unseen_gen import all_cases, run_case
 
 _CV = contextvars.ContextVar("se_test_cv", default=2)
 

@@ -17,7 +17,6 @@ call. `Case.source()` prints a runnable reproducer; `matrix()` gives docs/python
 
 from __future__ import annotations
 
-import itertools
 import linecache
 import types
 from dataclasses import dataclass
