@@ -150,7 +150,9 @@ class Watch:
     def _c_call(self, frame: types.FrameType, fn: Any) -> None:
         owner = getattr(fn, "__self__", None)
         name = fn.__name__
-        if (isinstance(owner, random.Random) and id(owner) not in self.made) or _numpy_random(owner):
+        if isinstance(owner, random.Random) and id(owner) in self.made:
+            return  # a generator the trace made, seeded there: the same numbers on every call
+        if isinstance(owner, random.Random) or _numpy_random(owner):
             self.drew_host = True
             if not _is_internal(frame.f_code.co_filename):
                 where = "random" if isinstance(owner, random.Random) else type(owner).__name__
