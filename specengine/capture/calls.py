@@ -21,11 +21,14 @@ C call this thread makes and checks it against a table:
   only a draw this thread made, and the state is set back only then: another thread drawing (a data loader) while
   this one traces neither fails the compile nor is rolled back.
 
-Every other C call is taken as pure (builtins, `math`, `operator`, container methods, torch ops, which the
-torch-function mode records). A refusal raised inside the call is also kept: a handler in the program that swallows
-it does not make the compile succeed (`Watch.check`). Code that an import runs is skipped (`library.importing`).
-Not seen: `for v in ITERATOR` and `zip(ITERATOR, ...)` over a global iterator (no call event), and `next()` on an
-iterator passed down from a helper's caller.
+Every other C call that the program's own code makes (not an installed library's) is classified by where its
+function lives (`call_table.py`): pure (builtins, `math`, `operator`, container methods, ...), torch's own (the
+torch-function mode records its ops), a guarded getter (`os.getcwd()`), or unknown: refused where its result is used.
+An iterator that lives across calls advanced while tracing (`for v in COUNTER`) is refused (`iterators.py`: its
+generator frame resuming is a `call` event here; a C iterator's position is compared after the trace).
+A refusal raised inside the call is also kept: a handler in the program that swallows it does not make the compile
+succeed (`Watch.check`). Code that an import runs is skipped (`library.importing`). Not seen: `next()` on an iterator
+passed down from a helper's caller (its advance is seen by `iterators.py` where it lives across calls).
 """
 
 from __future__ import annotations
