@@ -16,6 +16,7 @@ import math
 import operator
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -27,7 +28,8 @@ import numpy as np
 import pytest
 import torch
 from helpers import counts
-from unseen_gen import all_cases, run_case
+from unseen_gen import KINDS as ITER_KINDS
+from unseen_gen import USES, all_cases, run_case
 
 import specengine
 from specengine import UnsupportedOpError
@@ -334,3 +336,12 @@ def test_this_threads_global_write_is_still_refused_while_another_thread_runs():
     finally:
         stop.set()
         t.join()
+
+
+def test_the_docs_iterator_table_names_the_generators_rows_and_columns():
+    path = os.path.join(os.path.dirname(__file__), "..", "docs", "python-semantics.md")
+    with open(path) as f:
+        doc = f.read()
+    body = doc[doc.index("<!-- unseen-matrix:begin -->") : doc.index("<!-- unseen-matrix:end -->")]
+    assert "| kind \\ use | " + " | ".join(USES) + " |" in body
+    assert re.findall(r"^\| (\w+) \|", body, re.M) == list(ITER_KINDS)

@@ -9,7 +9,7 @@ getters, `ContextVar.get`, `next`), each is classified by where its function liv
   `itertools`, `collections`, `heapq`, `bisect`, `re`, `struct`, `json`, `copy`, `string`, `unicodedata`, `zlib`,
   `binascii`, `hashlib`, `decimal`, `fractions`, `types`, `abc`, `enum`, `typing`, `weakref`, `numpy`), or a method
   of an object whose type lives in one of them (`str.join`, `list.append`, `dict.get`, `deque.append`,
-  `float.fromhex`, `re.Pattern.match`, `ndarray.sum`); a method that changes its object in place (`list.append`)
+  `float.fromhex`, `re.Pattern.match`, `ndarray.sum`), or one of `PURE_FUNCTIONS` (`sys.exc_info()`); a method that changes its object in place (`list.append`)
   is pure here, its change is checked by `capture/mutations.py`. Exceptions in `builtins`: `input` and
   `breakpoint` (refused);
 - **torch's own** (its module or its object's type is torch's): torch ops are recorded by the torch-function mode
@@ -40,8 +40,12 @@ PURE_MODULES = frozenset(
      "json", "_json", "copy", "copyreg", "string", "_string", "unicodedata", "zlib", "binascii", "hashlib",
      "_hashlib", "_md5", "_sha1", "_sha256", "_sha512", "_sha3", "_blake2", "decimal", "_decimal", "fractions",
      "numbers", "types", "abc", "_abc", "enum", "typing", "_typing", "weakref", "_weakref", "_weakrefset",
-     "dataclasses", "keyword", "array", "numpy")
+     "dataclasses", "keyword", "array", "datetime", "_datetime", "pickle", "_pickle", "marshal", "codecs",
+     "_codecs", "numpy")
 )  # fmt: skip
+# functions of modules of process state that read nothing that changes (`sys.exc_info()` in a handler)
+PURE_FUNCTIONS = frozenset(("sys.exc_info", "sys.exception", "sys.getsizeof", "sys.intern", "sys.getdefaultencoding",
+                            "sys.getfilesystemencoding", "sys._getframe"))  # fmt: skip
 _REFUSED_BUILTINS = frozenset(("input", "breakpoint"))
 # a getter's name -> (what the prologue calls, its text); read where the program's own code calls it
 GETTERS: dict[Callable, str] = {os.getpid: "os.getpid()", os.getcwd: "os.getcwd()", os.cpu_count: "os.cpu_count()",
@@ -72,7 +76,7 @@ def verdict(fn: Any) -> str:
     top = _top(module)
     if top == "builtins" and name in _REFUSED_BUILTINS:
         return REFUSED
-    if top in PURE_MODULES or module in PURE_MODULES:
+    if top in PURE_MODULES or module in PURE_MODULES or f"{module}.{name}" in PURE_FUNCTIONS:
         return PURE
     if top in ("torch", "functorch", "specengine"):
         return TORCH
