@@ -189,6 +189,8 @@ class Watch:
         """Whether `frame` runs the program's own code (user code that is not an installed library's)."""
         own = self.own.get(frame.f_code)
         if own is None:
+            if importing_now():  # (an import's code is library code now, not for good: not cached)
+                return False
             own = self.own[frame.f_code] = self.is_user(frame) and not is_installed(frame.f_code.co_filename)
         return own
 
