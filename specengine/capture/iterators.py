@@ -15,14 +15,17 @@ compile is refused, naming the iterator and the program's line, whatever advance
 - an iterator class written in Python: its `__next__` is the program's code, traced; what it assigns is checked as
   any other write (`capture/mutations.py`, `capture/objects.py`), so it is not watched here.
 
-Not seen: a C iterator whose position `__reduce__` does not give (a file object: `for line in FILE`), and a C
-iterator another thread advances while this one traces (its position is compared process-wide).
+Not seen: a C iterator whose position `__reduce__` does not give (a file object: `for line in FILE`), one held
+beyond the first 64 items or attributes of a value, or deeper than an item or attribute of what the program reads;
+and a C iterator that another thread advances while this one traces is taken as this thread's (its position is
+compared process-wide).
 """
 
 from __future__ import annotations
 
 import dis
 import inspect
+import itertools
 import os
 import types
 from typing import Any, Iterable
@@ -33,6 +36,7 @@ from specengine.errors import UnsupportedOpError
 from specengine.ir.proxies import Proxy
 
 _MISSING = object()
+_MAX_CHILDREN = 64  # items or attributes of a value walked for iterators
 _OPAQUE = (str, bytes, int, float, type, types.ModuleType, types.CodeType, Proxy, torch.Tensor)
 _LOADS = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FAST", "LOAD_ATTR", "LOAD_METHOD")
 
@@ -139,13 +143,15 @@ _HINT = (
 
 
 def _children(what: str, v: Any) -> list[tuple[str, Any]]:
+    """The items and attributes of `v` (the first `_MAX_CHILDREN`: a vocabulary dict is not walked)."""
     if isinstance(v, dict):
-        return [(f"{what}[{k!r}]" if type(k) in (str, int) else f"an item of {what}", x) for k, x in v.items()]
+        items = itertools.islice(v.items(), _MAX_CHILDREN)
+        return [(f"{what}[{k!r}]" if type(k) in (str, int) else f"an item of {what}", x) for k, x in items]
     if isinstance(v, (list, tuple)):
-        return [(f"{what}[{i}]", x) for i, x in enumerate(v)]
+        return [(f"{what}[{i}]", x) for i, x in enumerate(v[:_MAX_CHILDREN])]
     d = getattr(v, "__dict__", None)
     if isinstance(d, dict) and not callable(v):
-        return [(f"{what}.{k}", x) for k, x in d.items() if type(k) is str]
+        return [(f"{what}.{k}", x) for k, x in itertools.islice(d.items(), _MAX_CHILDREN) if type(k) is str]
     return []
 
 
