@@ -57,13 +57,15 @@ def _top(module: Any) -> str:
 
 
 def home(fn: Any) -> tuple[str, str]:
-    """(module, name) of a C function as the program sees it: a module's function by its module, a method by its
-    object's type (a classmethod by its class)."""
+    """(module, name) of a C function as the program sees it: a module's function by its module, a method by the
+    class of its object's type that defines it (a classmethod by its class)."""
     owner = getattr(fn, "__self__", None)
     name = getattr(fn, "__name__", "?")
     if isinstance(owner, types.ModuleType):
         return owner.__name__, name
     cls = owner if isinstance(owner, type) else type(owner)
+    if owner is not None:  # the class that defines the method (a dict subclass's `values` is dict's)
+        cls = next((c for c in type.__getattribute__(cls, "__mro__") if name in c.__dict__), cls)
     module = getattr(fn, "__module__", None) if owner is None else cls.__module__
     return (module or "?"), (name if owner is None else f"{cls.__qualname__}.{name}")
 

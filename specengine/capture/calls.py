@@ -125,13 +125,17 @@ class Watch:
         if self.generators and event in ("call", "c_call"):
             self._drawn_from(frame if event == "c_call" else frame.f_back)
         if event == "c_call":
-            if not importing_now() and (getattr(arg, "__name__", None) in _NAMES or self._own(frame)):
+            own = self.own.get(frame.f_code)  # (False for most frames: specengine's and torch's; no call here)
+            if own is None:
+                own = self._own(frame)
+            if (own or getattr(arg, "__name__", None) in _NAMES) and not importing_now():
                 self._c_call(frame, arg)
         elif event == "call":
             if self.iterators.frames and id(frame) in self.iterators.frames:
                 self.iterators.resumed(frame, self._user_caller(frame.f_back))
-            elif (frame.f_code not in self.own or frame.f_code.co_freevars) and self._own(frame):
-                self.iterators.scan_frame(frame, self._made_here)
+            elif (own := self.own.get(frame.f_code)) is None or (own and frame.f_code.co_freevars):
+                if self._own(frame):  # (the program's code: first seen, or a closure, whose cells may differ)
+                    self.iterators.scan_frame(frame, self._made_here)
             if frame.f_code is _RANDOM_INIT:  # a generator of the trace's own: `random.Random(0).random()` is fine
                 self.made.add(id(frame.f_locals.get("self")))
             elif frame.f_code in _THREAD_CODES and not importing_now() and self._from_user(frame.f_back):
