@@ -21,11 +21,14 @@ C call this thread makes and checks it against a table:
   only a draw this thread made, and the state is set back only then: another thread drawing (a data loader) while
   this one traces neither fails the compile nor is rolled back.
 
-Every other C call is taken as pure (builtins, `math`, `operator`, container methods, torch ops, which the
-torch-function mode records). A refusal raised inside the call is also kept: a handler in the program that swallows
-it does not make the compile succeed (`Watch.check`). Code that an import runs is skipped (`library.importing`).
-Not seen: `for v in ITERATOR` and `zip(ITERATOR, ...)` over a global iterator (no call event), and `next()` on an
-iterator passed down from a helper's caller.
+Every other C call that the program's own code makes (not an installed library's) is classified by where its
+function lives (`call_table.py`): pure (builtins, `math`, `operator`, container methods, ...), torch's own (the
+torch-function mode records its ops), a guarded getter (`os.getcwd()`), or unknown: refused where its result is used.
+An iterator that lives across calls advanced while tracing (`for v in COUNTER`) is refused (`iterators.py`: its
+generator frame resuming is a `call` event here; a C iterator's position is compared after the trace).
+A refusal raised inside the call is also kept: a handler in the program that swallows it does not make the compile
+succeed (`Watch.check`). Code that an import runs is skipped (`library.importing`). Not seen: `next()` on an iterator
+passed down from a helper's caller (its advance is seen by `iterators.py` where it lives across calls).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from typing import Any, Callable, Iterator
 import torch
 
 from specengine import logs
+from specengine.capture import call_table
+from specengine.capture.iterators import Iterators
 from specengine.capture.library import importing_now
 from specengine.errors import UnsupportedOpError
 from specengine.prologue.external import has_value_semantics
@@ -112,15 +117,25 @@ class Watch:
         self.outside = {id(f) for f in _stack(sys._getframe())}  # the frames below the trace: not the trace's
         self.made: set[int] = set()  # ids of the `random.Random` objects made while tracing
         self.generators: list[tuple[str, Any, Any]] = []  # (what, a random generator object, its state)
+        self.iterators = Iterators()  # iterators that live across calls (iterators.py)
+        self.own: dict[types.CodeType, bool] = {}  # code -> whether it is the program's own (`_own`)
         self.fn = self._profile
 
     def _profile(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         if self.generators and event in ("call", "c_call"):
             self._drawn_from(frame if event == "c_call" else frame.f_back)
         if event == "c_call":
-            if getattr(arg, "__name__", None) in _NAMES and not importing_now():
+            own = self.own.get(frame.f_code)  # (False for most frames: specengine's and torch's; no call here)
+            if own is None:
+                own = self._own(frame)
+            if (own or getattr(arg, "__name__", None) in _NAMES) and not importing_now():
                 self._c_call(frame, arg)
         elif event == "call":
+            if self.iterators.frames and id(frame) in self.iterators.frames:
+                self.iterators.resumed(frame, self._user_caller(frame.f_back))
+            elif (own := self.own.get(frame.f_code)) is None or (own and frame.f_code.co_freevars):
+                if self._own(frame):  # (the program's code: first seen, or a closure, whose cells may differ)
+                    self.iterators.scan_frame(frame, self._made_here)
             if frame.f_code is _RANDOM_INIT:  # a generator of the trace's own: `random.Random(0).random()` is fine
                 self.made.add(id(frame.f_locals.get("self")))
             elif frame.f_code in _THREAD_CODES and not importing_now() and self._from_user(frame.f_back):
@@ -142,7 +157,9 @@ class Watch:
     def _c_call(self, frame: types.FrameType, fn: Any) -> None:
         owner = getattr(fn, "__self__", None)
         name = fn.__name__
-        if (isinstance(owner, random.Random) and id(owner) not in self.made) or _numpy_random(owner):
+        if isinstance(owner, random.Random) and id(owner) in self.made:
+            return  # a generator the trace made, seeded there: the same numbers on every call
+        if isinstance(owner, random.Random) or _numpy_random(owner):
             self.drew_host = True
             if not _is_internal(frame.f_code.co_filename):
                 where = "random" if isinstance(owner, random.Random) else type(owner).__name__
@@ -169,6 +186,40 @@ class Watch:
                          f"ContextVar({owner.name!r}).get()", None)  # fmt: skip
         elif fn is next:
             self._next(frame)
+        elif self._own(frame):
+            self._unseen(frame, fn)
+
+    def _own(self, frame: types.FrameType) -> bool:
+        """Whether `frame` runs the program's own code (user code that is not an installed library's)."""
+        own = self.own.get(frame.f_code)
+        if own is None:
+            if importing_now():  # (an import's code is library code now, not for good: not cached)
+                return False
+            own = self.own[frame.f_code] = self.is_user(frame) and not is_installed(frame.f_code.co_filename)
+        return own
+
+    def _user_caller(self, frame: types.FrameType | None) -> types.FrameType | None:
+        while frame is not None and not self.is_user(frame):
+            frame = frame.f_back
+        return frame
+
+    def _made_here(self, name: str, frame: types.FrameType) -> bool:
+        """Whether the closure variable `name` of `frame` was made by a frame of this trace."""
+        return any(name in f.f_code.co_cellvars for f in _user_frames(frame.f_back, self._in_trace))
+
+    def _unseen(self, frame: types.FrameType, fn: Any) -> None:
+        """A C call of the program's own code not handled by name: by its module (`call_table.verdict`)."""
+        verdict = call_table.verdict(fn)
+        if verdict in (call_table.PURE, call_table.TORCH):
+            return
+        if verdict == call_table.GETTER:
+            text = call_table.GETTERS[fn]
+            self._getter(f"calls.{text[:-2]}", fn, text, None)
+        elif verdict == call_table.REFUSED or not call_table.result_dropped(frame):
+            what = call_table.shown(fn)
+            self._refuse(frame, what, f"specengine does not know whether {what[:-2]} gives the same result on every "
+                         "call: it would run once, while tracing, and every cached call would reuse its result; call "
+                         "it outside the compiled function and pass the result in")  # fmt: skip
 
     def _drawn_from(self, frame: types.FrameType | None) -> None:
         """Refuse a draw from a generator object the function was given or reads (numpy's are Cython functions:
@@ -386,6 +437,7 @@ def watching(state: Any, is_user: Callable[[types.FrameType], bool], named: list
     found = generators(named)
     watch = Watch(state, is_user)
     watch.generators = found
+    watch.iterators.scan(named)
     watch.prev = sys.getprofile()
     if watch.prev is not None and not callable(watch.prev):  # a C profiler (cProfile): it cannot be chained
         logs.root.warning("a C-level profiler (cProfile) is active: the C calls of this trace are not checked")
@@ -400,8 +452,10 @@ def watching(state: Any, is_user: Callable[[types.FrameType], bool], named: list
     finally:
         sys.setprofile(watch.prev)
         _local.watch = outer
+        watch.iterators.put_back()
         if outer is not None:  # a trace inside a trace: the outer one made these calls too
             outer.drew_torch |= watch.drew_torch
             outer.drew_host |= watch.drew_host
     watch.check()
+    watch.iterators.check(code for code, own in watch.own.items() if own)
     _check_generators(found)

@@ -37,6 +37,7 @@ from specengine.capture import (
     effect_ops,
     effect_strings,
     exceptions,
+    module_reads,
     tensor_objects,
     torch_settings,
 )
@@ -136,8 +137,10 @@ def _uninstall() -> None:
 
 
 @contextmanager
-def checked(target: Callable) -> Iterator[None]:
-    """Trace `target` with print rejected; after it returns, reject assignments to its module's globals."""
+def checked(target: Callable) -> Iterator[module_reads.Writers]:
+    """Trace `target` with its effects recorded or refused; after it returns, refuse assignments to its module's
+    globals that this thread made (the block sets `writers.ran`, what user code ran: `module_reads.Writers`)."""
+    writers = module_reads.Writers()
     glb = getattr(target, "__globals__", None)
     before = dict(glb) if isinstance(glb, dict) else None
     settings = [torch_settings.snapshot()]  # (moved on by imports: `torch_settings.tracked`)
@@ -146,7 +149,7 @@ def checked(target: Callable) -> Iterator[None]:
     try:
         with torch_settings.tracked(settings[0]) as settings:
             try:
-                yield
+                yield writers
             except BaseException:
                 effect_strings.end(failed=True)  # a placeholder of a symbolic f-string may have caused it: trace again
                 raise
@@ -156,12 +159,13 @@ def checked(target: Callable) -> Iterator[None]:
         _uninstall()
         torch_settings.restore_rng(settings[0], context.current())
     if before is not None:
-        _check_globals(target, before, glb)
+        _check_globals(target, before, glb, writers)
 
 
-def _check_globals(target: Callable, before: dict, after: dict) -> None:
+def _check_globals(target: Callable, before: dict, after: dict, writers: module_reads.Writers) -> None:
     changed = [k for k, v in after.items() if before.get(k, _MISSING) is not v]
     changed = sorted(k for k in changed + [k for k in before if k not in after] if not k.startswith("__"))
+    changed = [k for k in changed if writers.mine(k)]
     if changed:
         code = getattr(target, "__code__", None)
         where = _store_site(code, changed[0]) if code is not None else "<unknown>"

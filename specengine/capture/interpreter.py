@@ -175,13 +175,13 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
         TraceMode(),
         tensor_isinstance(),
         swapped_state(specs, state_values),
-        effects.checked(target),
+        effects.checked(target) as writers,
         unbound_methods.swapped(target),
     ):
         found = mutations.roots(modules, plain, shadows.outside, target)
         written: dict = {}  # module dicts user code may write: snapshotted by coverage, compared by module_reads
         with (
-            module_reads.unchanged(written),
+            module_reads.unchanged(written, writers),
             writes.recording(modules, inputs, specs.promoted) as recorder,
             writes.objects_unchanged(plain, target),
             shadows.constants_unchanged(),
@@ -190,6 +190,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
             calls.watching(state, ran.is_user, _named_values(args, kwargs, state.outside_roots)),  # its C calls
             mutations.caches_cleared(ran),  # lru caches filled while tracing hold proxies
         ):
+            writers.ran = ran  # (which globals this thread may write: the user code that ran in it)
             mutations.check_not_aliased(specs, walk, shadows.rebuilt)
             out = outside.lift(unbound_methods.call_user(fn, args, kwargs))  # a real tensor returned: its proxy
             state.sync_torch_state()  # a change the function did not undo: the computation leaves it too

@@ -240,16 +240,47 @@ def _importing(d: dict) -> bool:
 
 
 _MISSING = object()
+_STORES_BY_NAME = ("STORE_GLOBAL", "DELETE_GLOBAL", "STORE_NAME", "DELETE_NAME", "STORE_ATTR", "DELETE_ATTR")
+_DYNAMIC = frozenset(("globals", "vars", "setattr", "delattr", "__dict__", "exec", "eval", "__setattr__",
+                      "__delattr__", "__setitem__", "__delitem__", "update", "setdefault", "pop", "popitem",
+                      "clear"))  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def stored_names(code: types.CodeType) -> frozenset[str] | None:
+    """The names `code` may store as a global or a module attribute (a global statement's, an attribute's), or
+    None where it may store any (it names `globals`, `vars`, `setattr`, `exec`, `__dict__`, a dict's writers)."""
+    if _DYNAMIC & set(code.co_names):
+        return None
+    return frozenset(i.argval for i in dis.get_instructions(code) if i.opname in _STORES_BY_NAME)
+
+
+class Writers:
+    """Which changed globals and module attributes the traced thread wrote (issue 22: another thread's activity
+    never affects a trace). Where this thread was the process's only one as the trace started, every change is its
+    own (or that of a thread it started: the program's); otherwise a change is this thread's where the user code
+    that ran in it (`ran`, `coverage.Coverage`) may store that name (`stored_names`), and another thread's
+    (neither refused nor put back) where none may."""
+
+    def __init__(self) -> None:
+        self.alone = len(sys._current_frames()) == 1
+        self.ran: Any = None
+
+    def mine(self, key: str) -> bool:
+        if self.alone or self.ran is None:
+            return True
+        names = [stored_names(code) for code in self.ran.codes]
+        return any(n is None or key in n for n in names)
 
 
 @contextmanager
-def unchanged(snapshots: dict) -> Iterator[None]:
+def unchanged(snapshots: dict, writers: Writers | None = None) -> Iterator[None]:
     """Refuse what the block (a trace, filling `snapshots` through `coverage.collecting`) wrote to modules, and
     put it back, also on error. Placed outside the other checks, which name a hook's writes more precisely."""
     try:
         yield
     finally:
-        written = put_back(snapshots)
+        written = put_back(snapshots, writers.mine if writers is not None else None)
     if written is not None:
         what, key, code = written
         raise UnsupportedOpError(
@@ -260,12 +291,14 @@ def unchanged(snapshots: dict) -> Iterator[None]:
         )
 
 
-def put_back(snapshots: dict) -> tuple | None:
-    """Undo what changed in the snapshotted module dicts; the first change as (what, the code that may write it),
-    or None."""
+def put_back(snapshots: dict, mine: Any = None) -> tuple | None:
+    """Undo what changed in the snapshotted module dicts (what `mine(key)` says this thread wrote); the first
+    change as (what, the code that may write it), or None."""
     first = None
     for d, before, code, own in snapshots.values():
         for key in [k for k in set(d) | set(before) if type(k) is str and not k.startswith("__")]:
+            if mine is not None and not mine(key):
+                continue
             old, new = before.get(key, _MISSING), d.get(key, _MISSING)
             if old is new or (old is _MISSING or old is None) and _initialises(new):
                 continue
