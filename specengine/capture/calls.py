@@ -371,11 +371,15 @@ def _check_generators(found: list) -> None:
         raise UnsupportedOpError(f"drawing from {what} (a {type(g).__name__})", "<traced function>", _DRAW_HINT)
 
 
-_local = threading.local()
+class _Local(threading.local):
+    watch: Any = None  # (a class default: a missing attribute's getattr with a default raises inside)
+
+
+_local = _Local()
 
 
 def current() -> Watch | None:
-    return getattr(_local, "watch", None)
+    return _local.watch
 
 
 @contextmanager
