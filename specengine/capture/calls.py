@@ -68,8 +68,10 @@ _TORCH_DRAWS = frozenset(("rand", "randn", "randint", "randperm", "rand_like", "
                           "uniform_", "random_", "exponential_", "geometric_", "cauchy_", "log_normal_",
                           "native_dropout", "seed", "manual_seed", "set_state", "set_rng_state", "_set_rng_state",
                           "randint_like", "gumbel_softmax"))  # fmt: skip
+# (not the methods every object has, `__new__`, `__init__`, `__eq__`...: none of them draws, and `object.__new__` is
+# called for each object made)
 _NAMES = frozenset({f.__name__ for f in _CLOCKS | _ENTROPY | set(_TORCH_GETTERS)} | set(_DATES) | _TORCH_DRAWS
-                   | {"get", "next"} | set(dir(random.Random)))  # fmt: skip
+                   | {"get", "next"} | (set(dir(random.Random)) - set(dir(object))))  # fmt: skip
 _RANDOM_INIT = random.Random.__init__.__code__
 _THREAD_CODES = {threading.current_thread.__code__, threading.main_thread.__code__}
 
