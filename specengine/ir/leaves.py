@@ -34,7 +34,7 @@ def _is_leaf_type(t: type) -> bool:
     if leaf is None:
         node = namedtuple if pytree.is_namedtuple_class(t) else t
         leaf = _leaf_types[t] = node not in pytree.SUPPORTED_NODES
-        if leaf:
+        if leaf and t is not slice:  # (a slice's bounds are looked into)
             _leaf_set.add(t)
     return leaf
 
@@ -77,8 +77,11 @@ def leaves(x: Any, out: list | None = None) -> list[Any]:
     out = [] if out is None else out
     t = type(x)
     if t is tuple or t is list:
+        if len(_NODES) != _registered[0]:
+            _check_registrations()
+        known = _leaf_set
         for v in x:
-            if type(v) is not slice and _is_leaf_type(type(v)):
+            if type(v) in known:
                 out.append(v)
             else:
                 leaves(v, out)
