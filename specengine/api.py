@@ -16,7 +16,7 @@ import torch
 
 from specengine import persist
 from specengine.cache import Cache, CacheEntry
-from specengine.capture import effect_strings, torch_settings, unbound_methods
+from specengine.capture import effect_strings, pg_timeouts, torch_settings, unbound_methods
 from specengine.capture.interpreter import trace_function
 from specengine.capture.writes import Promote, with_writes
 from specengine.codegen import callable_target, function_name, module_of
@@ -147,8 +147,10 @@ class CompiledFunction:
             current = self._source_values(args, kwargs)
             auto_dynamic = auto_dynamic | {src for src, v in current.items() if src in seen and seen[src] != v}
             seen = {**current, **seen}
+        start = time.perf_counter()
         with _gc_paused():
             entry = compile_entry(self._fn, args, kwargs, self._options, auto_dynamic, self._promoted)
+        pg_timeouts.after_compile(time.perf_counter() - start)  # other ranks may be compiling as long: wait for them
         inputs = entry.admit(args, kwargs, self._cache.key_fn(entry))  # before it is kept: a broken one keeps nothing
         if inputs is None:
             raise SpecEngineError(f"internal error: a new entry rejects the inputs it was traced from: "

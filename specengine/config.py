@@ -22,6 +22,15 @@ class Config:
         entries are evicted first.
     cache_key: the secret (bytes or hex) entries are signed with; None: `SPECENGINE_CACHE_KEY` (hex), else a
         per-user key file `$XDG_CONFIG_HOME/specengine/cache.key` made on first use.
+    distributed_timeout_factor: under torch.distributed, after each compile every process group's timeout becomes
+        its own plus this factor times the longest compile of the process, so that a rank waiting in a collective
+        for a rank that compiles does not time out (capture/pg_timeouts.py). 0: timeouts left alone.
+    library_globals: how code of installed packages (site-packages) that the program calls while traced is treated
+        (code that specengine or torch call, and code run by an import, is never the program's).
+        "guarded" (the default, sound): as the user's own code: the module globals it reads are guarded and its
+        side effects are the program's. "constant": as a library: its module globals are constants of the trace
+        (a change to one, such as a flag the user sets between calls, is not seen: set them before the first call)
+        and what it does runs while tracing only (`SPECENGINE_LIBRARY_GLOBALS`).
     """
 
     recompile_limit: int = 8
@@ -31,6 +40,8 @@ class Config:
     cache_dir: str | None = field(default_factory=lambda: os.environ.get("SPECENGINE_CACHE_DIR") or None)
     cache_max_bytes: int = field(default_factory=lambda: int(os.environ.get("SPECENGINE_CACHE_MAX_BYTES") or 1 << 30))
     cache_key: bytes | str | None = None
+    distributed_timeout_factor: float = 2.0
+    library_globals: str = field(default_factory=lambda: os.environ.get("SPECENGINE_LIBRARY_GLOBALS") or "guarded")
 
 
 config = Config()

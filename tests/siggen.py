@@ -100,6 +100,31 @@ def spellings(fn: Callable, args: tuple, kwargs: dict) -> list[Spelling]:
     return out
 
 
+def deprecated_spellings(fn: Callable, args: tuple, kwargs: dict) -> list[Spelling]:
+    """The sample in each of torch's deprecated signatures of `fn` (torchgen's deprecated.yaml, as
+    `signatures._deprecated_entries` reads it: `torch.add(x, 2, y)`, `x.addmm(2, a, 3, b, c)`), all positional and
+    with the last argument by keyword. Values the sample leaves at their default (`alpha`) are 2."""
+    bound = _positional_names(fn, args, kwargs)
+    name = getattr(fn, "__name__", "")
+    if bound is None or not signatures.has_deprecated(fn):
+        return []
+    ov, values = bound
+    values = {("self" if k == "input" else k): v for k, v in values.items()}
+    out = []
+    for schema, aten_args in signatures._deprecated_entries()[name]:
+        names = [p.name for p in ov.params if p.name != "out"]
+        by_aten = dict(zip(aten_args, ["self" if n == "input" else n for n in names]))
+        old = signatures._schema_overload(schema, signatures._is_method(fn), False)
+        if old is None or len(names) != len(aten_args):
+            continue
+        call = [values.get(by_aten.get(p.name, ""), 2) for p in old.params]
+        out.append(Spelling(fn, tuple(call), {}, f"deprecated {schema}"))
+        last = old.params[-1].name
+        out.append(Spelling(fn, tuple(call[:-1]), {"input" if last == "self" else last: call[-1]},
+                            f"deprecated {schema}, {last}="))  # fmt: skip
+    return out
+
+
 def _x(*shape: int) -> torch.Tensor:
     return torch.randn(*shape)
 

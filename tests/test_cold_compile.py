@@ -32,7 +32,8 @@ def test_a_fresh_process_first_compile_is_as_cheap_as_the_second():
         assert (r["misses"], r["hits"]) == (1, 3 * 50 + 1)
     assert first["prologue_chars"] < 5000
     assert first["prologue_chars"] == second["prologue_chars"]  # the same guards
-    assert first["cached_us"] < 2000  # the goal (<= 2 ms); it was 100-600 ms with the imports' globals guarded
+    # the per-call cost is bench/cold_compile.py's figure (a benchmark, never a timed test): the same prologue is
+    # the structural reason it matches the second compile's (it was 100-600 ms with the imports' globals guarded)
 
 
 @pytest.fixture
@@ -133,3 +134,42 @@ def test_an_import_in_another_thread_does_not_touch_the_trace(module_dir):
     t.join()
     assert name in sys.modules and counts(cfn) == (1, 0)
     assert "SPECENGINE_IMPORT_TIME_FLAG" not in str(specengine.last_prologue(cfn))
+
+
+_INSTALLED = """
+import torch
+FLAG = 2.0
+MEMO = {}
+def helper(x):
+    MEMO[len(MEMO)] = 1  # (a library's own cache)
+    return x * FLAG
+def through_torch(x):
+    return torch.utils._pytree.tree_map(helper, [x])[0]  # (called back by torch on the program's behalf)
+"""
+
+
+@pytest.mark.parametrize("setting", ["guarded", "constant"])
+@pytest.mark.parametrize("caller", ["user", "torch"])
+def test_installed_package_code_is_the_users_only_when_the_user_calls_it(module_dir, monkeypatch, setting, caller):
+    """A package under site-packages (this test's module directory counts as one), called by the user's code
+    directly or through torch (torch's pytree calling it back). With `library_globals="guarded"` (the default):
+    the globals it reads as it runs are guarded as the user's (`MEMO`, its own cache, too). With "constant": library
+    code, its globals are not guarded one by one. In every case, the function the program reaches (`lib.helper`)
+    is checked by content, and a changed global that it reads (`FLAG`) misses. (Code specengine itself calls, such
+    as yaml reading torch's deprecated signatures, is never the user's: the cold-compile test's prologue.)"""
+    from specengine.capture import coverage
+
+    name = module_dir(f"se_installed_{setting}_{caller}", _INSTALLED)
+    mod = importlib.import_module(name)
+    monkeypatch.setattr(coverage, "SITE", (os.path.dirname(mod.__file__) + os.sep, *coverage.SITE))
+    monkeypatch.setattr(specengine.config, "library_globals", setting)
+    call = "helper" if caller == "user" else "through_torch"
+    f = _user_function(f"import {name} as lib\ndef f(x):\n    return lib.{call}(x) + 1\n")
+    cfn = specengine.compile(f, dynamic=True)
+    x = torch.arange(3.0)
+    torch.testing.assert_close(cfn(x), x * 2.0 + 1)
+    assert ("MEMO" in str(specengine.last_prologue(cfn))) is (setting == "guarded")
+    torch.testing.assert_close(cfn(x), x * 2.0 + 1)
+    mod.FLAG = 3.0
+    torch.testing.assert_close(cfn(x), x * 3.0 + 1)
+    assert counts(cfn) == (2, 1), specengine.recompile_reasons(cfn)

@@ -8,9 +8,9 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
+from helpers import counts
 
 import specengine
-from helpers import counts
 
 
 class Net(nn.Module):

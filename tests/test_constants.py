@@ -12,8 +12,8 @@ each run under the three dynamic modes against eager, with exact hit and miss co
 value of the same family that compares equal to it (another type, another sign of zero) misses.
 
 The int, float and str subclasses carry payloads: `__repr__`, `__str__` and `__format__` return code that would
-set a flag if it ever ran, and they, `__index__`, `__int__` and `__float__` record each call. Eager runs none of
-them for these programs, so neither may the engine, at compile time or on a cached call.
+set a flag if it ever ran, and they, `__index__`, `__int__`, `__float__` and `__hash__` record each call. Eager runs
+none of them for these programs, so neither may the engine, at compile time or on a cached call.
 """
 
 from __future__ import annotations
@@ -60,6 +60,10 @@ class _Payload:
     def __float__(self) -> float:
         CALLED.append("float")
         return 7.0
+
+    def __hash__(self) -> int:  # (the dispatch index must not hash a value that is not exactly an int)
+        CALLED.append("hash")
+        return 7
 
 
 class PInt(_Payload, int):
@@ -177,9 +181,9 @@ def _same(got: Any, expected: Any) -> None:
             assert torch.equal(torch.signbit(real(got)), torch.signbit(real(expected)))
     else:
         assert got == expected or (got != got and expected != expected)
-        if isinstance(expected, complex):
+        if isinstance(expected, (complex, np.complexfloating)):
             assert _signs(got.real, got.imag) == _signs(expected.real, expected.imag)
-        elif isinstance(expected, float) or type(expected).__module__ == "numpy":
+        elif isinstance(expected, (float, np.floating)):
             assert _signs(got) == _signs(expected)
 
 
@@ -339,3 +343,65 @@ def test_constants_are_globals_of_the_printed_trace() -> None:
     a[0] = 7.0  # the first call's array changed in place: the entry holds the contents it checked
     _same(cfn(x, np.float32(2.5), a_new), f(x, np.float32(2.5), a_new))
     assert counts(cfn) == (3, 1) and CALLED == []
+
+
+def numpy_scalar_types() -> list[type]:
+    """Every numpy scalar type (numpy 2 has no `np.sctypes`: the concrete types of `np.sctypeDict`, deduplicated)."""
+    types = {t for t in np.sctypeDict.values() if issubclass(t, np.generic) and t is not np.object_}
+    return sorted(types, key=lambda t: t.__name__)  # (np.object_(v) is v: no scalar of its own)
+
+
+def _numpy_values(t: type) -> tuple[Any, Any]:
+    """Two values of numpy scalar type `t` that differ (for a string, bytes or void type: two contents)."""
+    kind = np.dtype(t).kind
+    if kind in "iu":
+        return t(2), t(3)
+    if kind == "b":
+        return t(True), t(False)
+    if kind in "fc":
+        return t(-0.0), t(0.0)  # (equal, but not the same value)
+    if kind in "mM":
+        return t(1, "D"), t(2, "D")
+    if kind == "U":
+        return t("floor"), t("trunc")
+    return t(b"ab"), t(b"cd")  # bytes_, void
+
+
+_NUMPY_BODIES = {
+    "iub": "return x * c, c * 2, c == c, x.new_zeros(int(c)), torch.tensor(c), x + 1 if c else x - 1",
+    "fc": "return 1 / (x * c), c * 2, -c, c == c, torch.tensor(c), torch.full((2,), c)",
+    "mM": "return x + 1, c, c == c, c + c if c.dtype.kind == 'm' else c",
+    "U": "return torch.div(x, 3, rounding_mode=c), c + '_', c == 'floor'",
+    "SV": "return x + 1, c, c == c",
+}
+
+
+@pytest.mark.parametrize("source", ["argument", "closure"])
+@pytest.mark.parametrize("t", numpy_scalar_types(), ids=lambda t: t.__name__)
+def test_every_numpy_scalar_type(t: type, source: str) -> None:
+    """Each numpy scalar type, as an argument and a closure variable (globals: the families above): results of eager's types, no payload
+    of generated code names numpy (`NameError: np`), an equal value built anew hits, another value (another sign of
+    zero) or the builtin value of the same number misses. The dynamic mode rotates over types (all three covered)."""
+    kind = np.dtype(t).kind
+    body = next(b for kinds, b in _NUMPY_BODIES.items() if kind in kinds)
+    f, bind = _program(source, body)
+    dynamic = [None, True, False][numpy_scalar_types().index(t) % 3]
+    cfn = specengine.compile(f, dynamic=dynamic)
+    a, b = _numpy_values(t)
+    x = torch.randn(3)
+    base = a.item() if type(a.item()) in (int, float, complex, bool, str, bytes) else None
+    values = [a, t(a), b, a] + ([base] if base is not None else [])
+    raised = False
+    for v in values:
+        args = (x, *bind(v))
+        try:
+            expected = f(*args)
+        except Exception as e:  # noqa: BLE001 - eager's error is the expectation
+            with pytest.raises(type(e)):
+                cfn(*args)
+            raised = True
+            continue
+        _same(cfn(*args), expected)
+    misses = 3 if base is not None else 2  # a, b, and the builtin value; t(a) and a again hit
+    if not raised:
+        assert counts(cfn) == (misses, len(values) - misses), specengine.recompile_reasons(cfn)

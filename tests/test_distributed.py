@@ -4,16 +4,20 @@ One run of two processes (`python tests/test_distributed.py RANK DIR`) trains a 
 in the same scenario eagerly, with per-rank batch sizes and sequence lengths that change every step, gradient
 accumulation (a `no_sync` micro-step, FSDP2's `set_requires_gradient_sync(False)`), several DDP buckets and a process
 group timeout so that a hang fails fast. Each rank saves what it saw; the tests compare every loss, every micro-step's
-gradients, the final parameters, the state_dict keys and the compile counts with the eager run.
+gradients, the final parameters, the state_dict keys, a model reloaded from the state_dict and the compile counts
+with the eager run, bit for bit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import io
 import os
 import pathlib
 import subprocess
 import sys
+import time
 import traceback
 from typing import Any, Callable
 
@@ -21,22 +25,26 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import specengine
+from specengine import api
 from specengine.examples.gpt import GPT, GPTConfig
 
 CFG = GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=16)
 STEPS, MICRO = 3, 2
 BUCKET_MB = 0.002  # about 500 floats: several buckets
 TIMEOUT_S = 120  # the process group's: a rank stuck in a collective fails within it
+SHORT_TIMEOUT_S, SLOW_COMPILE_S = 1.5, 2.0  # a process group whose timeout is shorter than a compile
+PROBE = torch.arange(12).reshape(2, 6) % CFG.vocab_size  # the input of a model reloaded from a state_dict
 
 
 def _batches(rank: int, sizes: list[int] | None = None) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
     """Per step, per micro-step: (tokens, targets); batch and sequence length differ per rank, step and micro-step."""
     g = torch.Generator().manual_seed(100 + rank)
     out = []
-    for step in range(STEPS):
+    for step in range(len(sizes) if sizes else STEPS):
         micro = []
         for m in range(MICRO):
             b = sizes[step] if sizes else 1 + rank + (step + m) % 3
@@ -58,9 +66,12 @@ class _CheckpointedGPT(GPT):
         return self.lm_head(self.ln_f(x))
 
 
-def _model(checkpointed: bool = False) -> GPT:
+def _model(kind: str = "gpt") -> GPT:
     torch.manual_seed(0)
-    return _CheckpointedGPT(CFG) if checkpointed else GPT(CFG)
+    model = _CheckpointedGPT(CFG) if kind == "checkpointed" else GPT(CFG)
+    if kind == "unused":
+        model.unused = torch.nn.Linear(3, 3)  # never called: DDP(find_unused_parameters=True) marks it ready
+    return model
 
 
 def _local(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -69,7 +80,20 @@ def _local(t: torch.Tensor | None) -> torch.Tensor | None:
     return (t.to_local() if hasattr(t, "to_local") else t).detach().clone()
 
 
-def _train(wrapped: torch.nn.Module, params: torch.nn.Module, batches: list, no_sync: Callable) -> dict[str, Any]:
+def _reloaded(state: dict) -> torch.Tensor:
+    """A checkpoint round trip: the state_dict saved, loaded into a fresh eager model, which then runs `PROBE`."""
+    buffer = io.BytesIO()
+    torch.save({k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in state.items()}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer)
+    consume_prefix_in_state_dict_if_present(loaded, "module.")  # DDP's own prefix (eager DDP's too)
+    fresh = _model("unused" if "unused.weight" in loaded else "gpt")
+    fresh.load_state_dict(loaded)  # strict: the keys are the original model's
+    with torch.no_grad():
+        return fresh(PROBE)
+
+
+def _train(wrapped: Any, params: torch.nn.Module, batches: list, no_sync: Callable) -> dict[str, Any]:
     """Steps of SGD with gradient accumulation: `no_sync(flag)` is a context manager for the micro-steps."""
     opt = torch.optim.SGD(params.parameters(), lr=0.1)
     losses, grads = [], []
@@ -84,255 +108,268 @@ def _train(wrapped: torch.nn.Module, params: torch.nn.Module, batches: list, no_
         opt.step()
         opt.zero_grad()
     final = {n: _local(p) for n, p in params.named_parameters()}
-    return {"losses": losses, "grads": grads, "params": final, "keys": sorted(wrapped.state_dict())}
+    state = wrapped.state_dict()
+    return {"losses": losses, "grads": grads, "params": final, "keys": sorted(state), "reloaded": _reloaded(state)}
 
 
-def _ddp_sync(ddp: Any) -> Callable:
-    import contextlib
-
-    return lambda skip: ddp.no_sync() if skip else contextlib.nullcontext()
+def _compiles(counted: list) -> list[int]:
+    return [specengine.cache_misses(c) for c in counted]
 
 
-def _fsdp_sync(root: Any) -> Callable:
-    import contextlib
-
-    @contextlib.contextmanager
-    def ctx(skip: bool):
-        root.set_requires_gradient_sync(not skip)
-        yield
-
-    return ctx
-
-
-def _ddp(module: torch.nn.Module) -> DDP:
-    return DDP(module, bucket_cap_mb=BUCKET_MB)
-
-
-def _compiles(*compiled: Any) -> list[int]:
-    return [specengine.cache_misses(c) for c in compiled]
-
-
-def _ddp_scenarios(rank: int) -> dict[str, Callable[[], tuple[dict, list[int]]]]:
-    batches = _batches(rank)
-
-    def eager():
-        model = _model()
-        ddp = _ddp(model)
-        return _train(ddp, model, batches, _ddp_sync(ddp)), []
-
-    def forward_then_ddp():  # the recommended order
-        model = _model()
-        model.forward = specengine.compile(model.forward, dynamic=True)
-        ddp = _ddp(model)
-        return _train(ddp, model, batches, _ddp_sync(ddp)), _compiles(model.forward)
-
-    def ddp_of_compiled():
-        model = _model()
+# Every DDP order: (the module called, the DDP it runs, the compiled objects whose compiles are counted).
+def _ddp_order(order: str, model: torch.nn.Module, **kw: Any) -> tuple[Any, DDP, list]:
+    kw.setdefault("bucket_cap_mb", BUCKET_MB)
+    if order == "eager":
+        ddp = DDP(model, **kw)
+        return ddp, ddp, []
+    if order == "forward":  # the recommended order: the forward compiled, then DDP
+        model.forward = specengine.compile(model.forward, dynamic=kw.pop("dynamic", True))
+        ddp = DDP(model, **kw)
+        return ddp, ddp, [model.forward]
+    if order == "module":  # DDP(specengine.compile(model))
         compiled = specengine.compile(model, dynamic=True)
-        ddp = _ddp(compiled)
-        return _train(ddp, model, batches, _ddp_sync(ddp)), _compiles(compiled)
+        ddp = DDP(compiled, **kw)
+        return ddp, ddp, [compiled]
+    assert order == "wrapper"  # specengine.compile(DDP(model)): DDP's forward stays eager
+    compiled = specengine.compile(DDP(model, **kw), dynamic=True)
+    return compiled, compiled, [compiled]
 
-    def compiled_ddp():
+
+def _ddp_run(order: str, kind: str = "gpt", sizes: Any = None, **kw: Any) -> Callable[[int], tuple[dict, list]]:
+    """A DDP order's training; under `static_graph=True` every micro-step synchronizes (eager DDP's reducer fails
+    an internal assert on `no_sync` before its graph is recorded)."""
+
+    def run(rank: int) -> tuple[dict, list]:
+        model = _model(kind)
+        wrapped, ddp, counted = _ddp_order(order, model, **kw)
+        batches = _batches(rank, sizes[rank] if sizes else None)
+        accumulate = not kw.get("static_graph")
+        sync = lambda skip: ddp.no_sync() if skip and accumulate else contextlib.nullcontext()  # noqa: E731
+        return _train(wrapped, model, batches, sync), _compiles(counted)
+
+    return run
+
+
+def _join_run(order: str) -> Callable[[int], tuple[dict, list]]:
+    """Uneven inputs under `ddp.join()`: rank 0 runs out of batches a step early; its all-reduces are shadowed."""
+
+    def run(rank: int) -> tuple[dict, list]:
         model = _model()
-        ddp = _ddp(model)
-        compiled = specengine.compile(ddp, dynamic=True)
-        return _train(compiled, model, batches, _ddp_sync(compiled)), _compiles(compiled)
+        wrapped, ddp, counted = _ddp_order(order, model)
+        batches = [[b] for micro in _batches(rank) for b in micro][: 3 + rank]
+        with ddp.join():
+            out = _train(wrapped, model, batches, lambda skip: contextlib.nullcontext())
+        return out, _compiles(counted)
 
-    def compiled_replicate():
+    return run
+
+
+def _replicate_run(order: str) -> Callable[[int], tuple[dict, list]]:
+    """`replicate` (DDP as composable hooks): "wrapper" compiles the replicated module (its hooks stay eager),
+    "module" replicates a compiled module."""
+
+    def run(rank: int) -> tuple[dict, list]:
         from torch.distributed._composable.replicate import replicate
 
         model = _model()
-        replicate(model, bucket_cap_mb=BUCKET_MB)
-        compiled = specengine.compile(model, dynamic=True)
-        return _train(compiled, model, batches, lambda skip: _nullcontext()), _compiles(compiled)
+        wrapped = specengine.compile(model, dynamic=True) if order == "module" else model
+        replicate(wrapped, bucket_cap_mb=BUCKET_MB)
+        if order == "wrapper":
+            wrapped = specengine.compile(model, dynamic=True)
+        counted = [] if order == "eager" else [wrapped]
+        return _train(wrapped, model, _batches(rank), lambda skip: contextlib.nullcontext()), _compiles(counted)
 
-    def eager_replicate():
-        from torch.distributed._composable.replicate import replicate
-
-        model = _model()
-        replicate(model, bucket_cap_mb=BUCKET_MB)
-        return _train(model, model, batches, lambda skip: _nullcontext()), []
-
-    def checkpointed():  # activation checkpointing inside the compiled forward
-        model = _model(checkpointed=True)
-        model.forward = specengine.compile(model.forward, dynamic=True)
-        ddp = _ddp(model)
-        return _train(ddp, model, batches, _ddp_sync(ddp)), _compiles(model.forward)
-
-    def automatic_dynamic():  # pytorch's test_compiler_collectives_automatic_dynamic_tensor
-        model = _model()
-        model.forward = specengine.compile(model.forward)
-        ddp = _ddp(model)
-        sizes = [[5, 8, 6], [6, 6, 3]][rank]
-        return _train(ddp, model, _batches(rank, sizes), _ddp_sync(ddp)), _compiles(model.forward)
-
-    def automatic_dynamic_eager():
-        model = _model()
-        ddp = _ddp(model)
-        sizes = [[5, 8, 6], [6, 6, 3]][rank]
-        return _train(ddp, model, _batches(rank, sizes), _ddp_sync(ddp)), []
-
-    return {k: v for k, v in locals().items() if callable(v) and k not in ("batches", "rank")}
+    return run
 
 
-def _nullcontext() -> Any:
-    import contextlib
+def _fsdp_run(order: str, kind: str = "gpt", **policies: Any) -> Callable:
+    """FSDP2: each block sharded (with `policies`), then the root; `order` says what is compiled, and when."""
 
-    return contextlib.nullcontext()
+    def run(rank: int) -> tuple[dict, list]:
+        from torch.distributed.fsdp import fully_shard
 
-
-def _fsdp_scenarios(rank: int) -> dict[str, Callable[[], tuple[dict, list[int]]]]:
-    from torch.distributed.fsdp import fully_shard
-
-    batches = _batches(rank)
-
-    def fsdp_eager():
-        model = _model()
+        model = _model(kind)
+        root, counted = model, []
+        if order == "module":  # fully_shard(specengine.compile(model)): compiled first, then everything sharded
+            root = specengine.compile(model, dynamic=True)
+            counted = [root]
         for blk in model.h:
-            fully_shard(blk)
-        fully_shard(model)
-        return _train(model, model, batches, _fsdp_sync(model)), []
+            if order == "blocks":  # torchtitan's order: each block's forward compiled, then the block sharded
+                blk.forward = specengine.compile(blk.forward, dynamic=True)
+                counted.append(blk.forward)
+            fully_shard(blk, **policies)
+        sharded = fully_shard(root)  # (the CompiledModule under "module")
+        if order == "root":  # specengine.compile(fully_shard(model)): sharded blocks are opaque calls of the trace
+            root = specengine.compile(root, dynamic=True)
+            counted = [root]
 
-    def fsdp_blocks():  # torchtitan's order: compile each block, then shard it
-        model = _model()
-        for blk in model.h:
-            blk.forward = specengine.compile(blk.forward, dynamic=True)
-            fully_shard(blk)
-        fully_shard(model)
-        return _train(model, model, batches, _fsdp_sync(model)), _compiles(*(b.forward for b in model.h))
+        @contextlib.contextmanager
+        def sync(skip: bool):
+            sharded.set_requires_gradient_sync(not skip)
+            yield
 
-    def fsdp_root_eager():
-        model = _model()
-        fully_shard(model)
-        return _train(model, model, batches, _fsdp_sync(model)), []
+        return _train(root, model, _batches(rank), sync), _compiles(counted)
 
-    def fsdp_of_compiled():  # fully_shard(specengine.compile(model)): the root's hooks stay eager
-        model = _model()
-        compiled = fully_shard(specengine.compile(model, dynamic=True))
-        return _train(compiled, model, batches, _fsdp_sync(compiled)), _compiles(compiled)
+    return run
 
-    def compiled_fsdp_root():  # specengine.compile(fully_shard(model)): the root's hooks stay eager
-        model = _model()
-        fully_shard(model)
-        compiled = specengine.compile(model, dynamic=True)
-        return _train(compiled, model, batches, _fsdp_sync(model)), _compiles(compiled)
 
-    def fsdp_checkpointed():
-        model = _model(checkpointed=True)
-        for blk in model.h:
-            blk.forward = specengine.compile(blk.forward, dynamic=True)
-            fully_shard(blk)
-        fully_shard(model)
-        return _train(model, model, batches, _fsdp_sync(model)), _compiles(*(b.forward for b in model.h))
+def _slow_compile_run(rank: int) -> tuple[dict, list]:
+    """Every compile takes SLOW_COMPILE_S, longer than the process group's timeout. Rank 0 sees batch sizes 3, 5
+    (a recompile at step 2) and rank 1 3, 3 (a hit at step 2): rank 1 waits in DDP's all-reduce while rank 0
+    recompiles. It does not time out: its timeout was extended after its own first compile."""
+    group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=SHORT_TIMEOUT_S))
+    compile_entry = api.compile_entry
 
-    def fsdp_checkpointed_eager():
-        model = _model(checkpointed=True)
-        for blk in model.h:
-            fully_shard(blk)
-        fully_shard(model)
-        return _train(model, model, batches, _fsdp_sync(model)), []
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(SLOW_COMPILE_S)
+        return compile_entry(*args, **kwargs)
 
-    def compiled_sharded_root():  # sharded blocks inside a compiled root: opaque calls, their hooks eager
-        model = _model()
-        for blk in model.h:
-            fully_shard(blk)
-        fully_shard(model)
-        compiled = specengine.compile(model, dynamic=True)
-        return _train(compiled, model, batches, _fsdp_sync(model)), _compiles(compiled)
+    api.compile_entry = slow
+    try:
+        out, compiles = _ddp_run("forward", sizes=[[3, 5], [3, 3]], dynamic=None, process_group=group)(rank)
+    finally:
+        api.compile_entry = compile_entry
+    dist.barrier(group)
+    return out, compiles
 
-    def sharded_after_compile():  # compiled first, then the blocks and the CompiledModule sharded
-        model = _model()
-        compiled = specengine.compile(model, dynamic=True)
-        for blk in model.h:
-            fully_shard(blk)
-        fully_shard(compiled)
-        return _train(compiled, model, batches, _fsdp_sync(compiled)), _compiles(compiled)
 
-    def compiled_sharded_root_checkpointed():
-        model = _model(checkpointed=True)
-        for blk in model.h:
-            fully_shard(blk)
-        fully_shard(model)
-        compiled = specengine.compile(model, dynamic=True)
-        return _train(compiled, model, batches, _fsdp_sync(model)), _compiles(compiled)
+def _slow_compile_eager(rank: int) -> tuple[dict, list]:
+    return _ddp_run("eager", sizes=[[3, 5], [3, 3]])(rank)
 
-    def mixed_precision_refused():  # an opaque call under a policy that changes dtypes: refused at compile()
-        from torch.distributed.fsdp import MixedPrecisionPolicy
 
-        model = _model()
-        for blk in model.h:
-            fully_shard(blk, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
-        fully_shard(model)
+AUTO_SIZES = [[5, 8, 6], [6, 6, 3]]  # per rank, per step: pytorch's test_compiler_collectives_automatic_dynamic_tensor
+
+# name: (run, the eager run it must equal, compiles per rank (rank 0's, rank 1's))
+TRAINING: dict[str, tuple[Callable, str | None, list]] = {
+    "ddp-eager": (_ddp_run("eager"), None, [[], []]),
+    "ddp-forward-then-ddp": (_ddp_run("forward"), "ddp-eager", [[1], [1]]),
+    "ddp-of-compiled-module": (_ddp_run("module"), "ddp-eager", [[1], [1]]),
+    "ddp-compiled-wrapper": (_ddp_run("wrapper"), "ddp-eager", [[1], [1]]),
+    "ddp-checkpointed": (_ddp_run("forward", "checkpointed"), "ddp-eager", [[1], [1]]),
+    "ddp-unused-eager": (_ddp_run("eager", "unused", find_unused_parameters=True), None, [[], []]),
+    "ddp-unused": (_ddp_run("module", "unused", find_unused_parameters=True), "ddp-unused-eager", [[1], [1]]),
+    "ddp-static-graph-eager": (_ddp_run("eager", static_graph=True), None, [[], []]),
+    "ddp-static-graph": (_ddp_run("wrapper", static_graph=True), "ddp-static-graph-eager", [[1], [1]]),
+    "ddp-join-eager": (_join_run("eager"), None, [[], []]),
+    "ddp-join": (_join_run("wrapper"), "ddp-join-eager", [[1], [1]]),
+    # pytorch's test_compiler_collectives_automatic_dynamic_tensor: the same number of compiles, no collective
+    "ddp-automatic-dynamic-eager": (_ddp_run("eager", sizes=AUTO_SIZES), None, [[], []]),
+    "ddp-automatic-dynamic": (
+        _ddp_run("forward", sizes=AUTO_SIZES, dynamic=None),
+        "ddp-automatic-dynamic-eager",
+        [[2], [2]],
+    ),
+    "ddp-slow-compile-eager": (_slow_compile_eager, None, [[], []]),
+    "ddp-slow-compile": (_slow_compile_run, "ddp-slow-compile-eager", [[2], [1]]),
+    "replicate-eager": (_replicate_run("eager"), None, [[], []]),
+    "replicate-compiled-wrapper": (_replicate_run("wrapper"), "replicate-eager", [[1], [1]]),
+    "replicate-of-compiled-module": (_replicate_run("module"), "replicate-eager", [[1], [1]]),
+    "fsdp-eager": (_fsdp_run("eager"), None, [[], []]),
+    "fsdp-blocks-compiled-then-sharded": (_fsdp_run("blocks"), "fsdp-eager", [[1, 1], [1, 1]]),
+    "fsdp-root-compiled-with-sharded-blocks": (_fsdp_run("root"), "fsdp-eager", [[1], [1]]),
+    "fsdp-of-compiled-module": (_fsdp_run("module"), "fsdp-eager", [[1], [1]]),
+    "fsdp-checkpointed-eager": (_fsdp_run("eager", "checkpointed"), None, [[], []]),
+    "fsdp-checkpointed-blocks": (_fsdp_run("blocks", "checkpointed"), "fsdp-checkpointed-eager", [[1, 1], [1, 1]]),
+    "fsdp-checkpointed-root": (_fsdp_run("root", "checkpointed"), "fsdp-checkpointed-eager", [[1], [1]]),
+}
+
+
+def _mixed_precision() -> dict[str, Any]:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, output_dtype=torch.float32)}
+
+
+def _cpu_offload() -> dict[str, Any]:
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    return {"offload_policy": CPUOffloadPolicy(pin_memory=False)}
+
+
+for _name, _policies in (("mixed-precision", _mixed_precision), ("cpu-offload", _cpu_offload)):
+    TRAINING[f"fsdp-{_name}-eager"] = (lambda rank, p=_policies: _fsdp_run("eager", **p())(rank), None, [[], []])
+    TRAINING[f"fsdp-{_name}-root"] = (lambda rank, p=_policies: _fsdp_run("root", **p())(rank),
+                                      f"fsdp-{_name}-eager", [[1], [1]])  # fmt: skip
+
+
+def _refused(call: Callable[[], Any]) -> Callable[[int], tuple[dict, list]]:
+    def run(rank: int) -> tuple[dict, list]:
         try:
-            specengine.compile(model, dynamic=True)
+            call()
             return {"error": ""}, []
         except specengine.SpecEngineError as e:
             return {"error": f"{type(e).__name__}: {e}"}, []
 
-    return {k: v for k, v in locals().items() if callable(v) and k not in ("batches", "rank", "fully_shard")}
+    return run
 
 
-def _collective_scenarios(rank: int) -> dict[str, Callable[[], tuple[dict, list[int]]]]:
-    def ddp_inside_refused():  # a DDP called by a compiled function: refused before DDP's forward runs
-        ddp = _ddp(_model())
-        cf = specengine.compile(lambda x: ddp(x) * 2, dynamic=True)
-        try:
-            cf(torch.zeros(2, 3, dtype=torch.long))
-            return {"error": ""}, []
-        except specengine.SpecEngineError as e:
-            return {"error": f"{type(e).__name__}: {e}"}, []
+def _ddp_inside() -> Any:  # a DDP called by a compiled function: refused before DDP's forward runs
+    ddp = DDP(_model(), bucket_cap_mb=BUCKET_MB)
+    return specengine.compile(lambda x: ddp(x) * 2, dynamic=True)(torch.zeros(2, 3, dtype=torch.long))
 
-    def collective_refused():
-        def f(x):
-            y = x * 2
-            dist.all_reduce(y)
-            return y + 1
 
-        cf = specengine.compile(f, dynamic=True)
-        try:
-            cf(torch.ones(3))
-            error = ""
-        except specengine.SpecEngineError as e:
-            error = f"{type(e).__name__}: {e}"
-        t = torch.full((2,), float(rank))
-        dist.all_reduce(t)  # the refused collective never ran: the ranks are still in step
-        return {"error": error, "sum": t.tolist(), "misses": specengine.cache_misses(cf)}, []
+def _functional_collective() -> Any:
+    import torch.distributed._functional_collectives as fc
 
-    def functional_refused():
-        import torch.distributed._functional_collectives as fc
+    return specengine.compile(lambda x: fc.all_reduce(x, "sum", dist.group.WORLD) + 1, dynamic=True)(torch.ones(3))
 
-        cf = specengine.compile(lambda x: fc.all_reduce(x, "sum", dist.group.WORLD) + 1, dynamic=True)
-        try:
-            cf(torch.ones(3))
-            return {"error": ""}, []
-        except specengine.SpecEngineError as e:
-            return {"error": f"{type(e).__name__}: {e}"}, []
 
-    def collective_op():  # a functional collective op: an op of the computation, run on every call
+def _barrier() -> Any:
+    return specengine.compile(lambda x: (dist.barrier(), x + 1)[1], dynamic=True)(torch.ones(2))
+
+
+def _collective_refused(rank: int) -> tuple[dict, list]:
+    def f(x):
+        y = x * 2
+        dist.all_reduce(y)
+        return y + 1
+
+    cf = specengine.compile(f, dynamic=True)
+    out, _ = _refused(lambda: cf(torch.ones(3)))(rank)
+    t = torch.full((2,), float(rank))
+    dist.all_reduce(t)  # the refused collective never ran: the ranks are still in step
+    return {**out, "sum": t.tolist(), "misses": specengine.cache_misses(cf)}, []
+
+
+# name: (run, the error's class, words its message names)
+REFUSED: dict[str, tuple[Callable, str, list[str]]] = {
+    "ddp-inside-a-compiled-function": (_refused(_ddp_inside), "SpecEngineError", ["(DistributedDataParallel)"]),
+    "collective": (_collective_refused, "UnsupportedOpError", ["all_reduce", "test_distributed.py"]),
+    "barrier": (_refused(_barrier), "UnsupportedOpError", ["barrier", "test_distributed.py"]),
+    "functional-collective": (_refused(_functional_collective), "UnsupportedOpError", ["_functional_collectives"]),
+}
+
+
+def _collective_op(compiled: bool) -> Callable[[int], tuple[dict, list]]:
+    """A functional collective op: an op of the computation, run on every call, in program order."""
+
+    def run(rank: int) -> tuple[dict, list]:
         group = dist.group.WORLD.group_name
         ops = torch.ops._c10d_functional
 
         def f(x):
             return ops.wait_tensor(ops.all_reduce(x * 2, "sum", group)) + 1
 
-        cf = specengine.compile(f, dynamic=True)
+        cf = specengine.compile(f, dynamic=True) if compiled else f
         outs = [cf(torch.full((n,), float(rank + n))) for n in (3, 1, 2)]
-        return {"outs": outs}, _compiles(cf)
+        return {"outs": outs}, _compiles([cf] if compiled else [])
 
-    def collective_op_eager():
-        group = dist.group.WORLD.group_name
-        ops = torch.ops._c10d_functional
-        outs = [
-            ops.wait_tensor(ops.all_reduce(torch.full((n,), float(rank + n)) * 2, "sum", group)) + 1 for n in (3, 1, 2)
-        ]
-        return {"outs": outs}, [1]
+    return run
 
-    def rank_query():
-        cf = specengine.compile(lambda x: x + dist.get_rank() + dist.get_world_size(), dynamic=True)
-        return {"out": cf(torch.zeros(2)).tolist()}, [specengine.cache_misses(cf)]
 
-    return {"ddp_inside_refused": ddp_inside_refused, "collective_refused": collective_refused, "functional_refused": functional_refused,
-            "collective_op": collective_op, "collective_op_eager": collective_op_eager, "rank_query": rank_query}  # fmt: skip
+def _rank_query(rank: int) -> tuple[dict, list]:
+    cf = specengine.compile(lambda x: x + dist.get_rank() + dist.get_world_size(), dynamic=True)
+    return {"out": cf(torch.zeros(2)).tolist()}, _compiles([cf])
+
+
+def _world_timeout(rank: int) -> tuple[dict, list]:
+    from specengine.capture import pg_timeouts
+
+    return {"timeout_s": pg_timeouts._timeout(dist.group.WORLD).total_seconds(), "longest": pg_timeouts._longest[0]}, []
+
+
+OTHERS: dict[str, Callable] = {"collective-op-eager": _collective_op(False), "collective-op": _collective_op(True),
+                               "rank-query": _rank_query, "world-timeout": _world_timeout}  # fmt: skip
 
 
 def worker(rank: int, directory: str) -> None:
@@ -340,14 +377,15 @@ def worker(rank: int, directory: str) -> None:
                             timeout=datetime.timedelta(seconds=TIMEOUT_S))  # fmt: skip
     torch.set_num_threads(1)
     results: dict[str, Any] = {}
-    scenarios = {**_ddp_scenarios(rank), **_fsdp_scenarios(rank), **_collective_scenarios(rank)}
+    runs = {**{k: v[0] for k, v in TRAINING.items()}, **{k: v[0] for k, v in REFUSED.items()}, **OTHERS}
     only = os.environ.get("SPECENGINE_DIST_ONLY")
-    for name, run in scenarios.items():
+    for name, run in runs.items():
         if only and name not in only.split(","):
             continue
+        start = time.perf_counter()
         try:
-            out, compiles = run()
-            results[name] = {"out": out, "compiles": compiles}
+            out, compiles = run(rank)
+            results[name] = {"out": out, "compiles": compiles, "seconds": time.perf_counter() - start}
         except Exception:  # noqa: BLE001 - reported by the test of this scenario
             results[name] = {"error": traceback.format_exc()}
             break  # the other rank may be waiting in a collective: stop here (it times out)
@@ -386,6 +424,7 @@ def _result(ranks: list, name: str) -> list:
 
 
 def _same(a: Any, b: Any, what: str) -> None:
+    """Equal bit for bit (a tensor: same dtype, shape and values)."""
     if isinstance(a, dict):
         assert a.keys() == b.keys(), what
         for k in a:
@@ -395,103 +434,61 @@ def _same(a: Any, b: Any, what: str) -> None:
         for i, (x, y) in enumerate(zip(a, b)):
             _same(x, y, f"{what}[{i}]")
     elif isinstance(a, torch.Tensor):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=lambda m: f"{what}: {m}")
+        torch.testing.assert_close(a, b, atol=0, rtol=0, msg=lambda m: f"{what}: {m}")
     else:
         assert a == b, f"{what}: {a} != {b}"
 
 
-def _check(ranks: list, name: str, eager: str, compiles: list[int]) -> None:
+@pytest.mark.parametrize("name", [k for k, v in TRAINING.items() if v[1] is not None])
+def test_training_equals_eager(ranks: list, name: str) -> None:
+    """Every loss, every micro-step's gradients, the final parameters, the state_dict keys and a model reloaded from
+    the state_dict equal eager's on each rank; each rank compiles as often as expected."""
+    _, eager, compiles = TRAINING[name]
     got, ref = _result(ranks, name), _result(ranks, eager)
     for r in range(2):
         _same(got[r]["out"], ref[r]["out"], f"rank {r} {name}")
-        assert got[r]["compiles"] == compiles, f"rank {r} {name}: compiles {got[r]['compiles']} != {compiles}"
+        assert got[r]["compiles"] == compiles[r], f"rank {r} {name}: compiles {got[r]['compiles']} != {compiles[r]}"
 
 
-def test_forward_compiled_then_ddp(ranks):
-    _check(ranks, "forward_then_ddp", "eager", [1])
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_refused_before_it_runs(ranks: list, name: str) -> None:
+    _, kind, words = REFUSED[name]
+    for res in _result(ranks, name):
+        error = res["out"]["error"]
+        assert error.startswith(kind) and all(w in error for w in words), error
 
 
-def test_ddp_of_a_compiled_module(ranks):
-    _check(ranks, "ddp_of_compiled", "eager", [1])
-
-
-def test_compiled_ddp_keeps_ddp_eager(ranks):
-    _check(ranks, "compiled_ddp", "eager", [1])
-
-
-def test_compiled_replicate_keeps_its_hooks_eager(ranks):
-    _check(ranks, "compiled_replicate", "eager_replicate", [1])
-
-
-def test_activation_checkpointing_in_ddp(ranks):
-    _check(ranks, "checkpointed", "eager", [1])
-
-
-def test_automatic_dynamic_ranks_agree(ranks):
-    """Rank 0 sees batch sizes 5, 8, 6 and rank 1 6, 6, 3: the same number of compiles on both, no collective."""
-    _check(ranks, "automatic_dynamic", "automatic_dynamic_eager", [2])
-
-
-def test_fsdp2_blocks_compiled_then_sharded(ranks):
-    _check(ranks, "fsdp_blocks", "fsdp_eager", [1, 1])
-
-
-def test_fsdp2_of_a_compiled_module(ranks):
-    _check(ranks, "fsdp_of_compiled", "fsdp_root_eager", [1])
-
-
-def test_compiled_fsdp2_root(ranks):
-    _check(ranks, "compiled_fsdp_root", "fsdp_root_eager", [1])
-
-
-def test_activation_checkpointing_in_fsdp2(ranks):
-    _check(ranks, "fsdp_checkpointed", "fsdp_checkpointed_eager", [1, 1])
-
-
-def test_compiled_root_with_sharded_blocks(ranks):
-    """The blocks FSDP2 manages are opaque calls of the root's trace: their hooks run eagerly on every call."""
-    _check(ranks, "compiled_sharded_root", "fsdp_eager", [1])
-
-
-def test_blocks_sharded_after_the_root_was_compiled(ranks):
-    _check(ranks, "sharded_after_compile", "fsdp_eager", [1])
-
-
-def test_activation_checkpointing_around_sharded_blocks_in_a_compiled_root(ranks):
-    _check(ranks, "compiled_sharded_root_checkpointed", "fsdp_checkpointed_eager", [1])
-
-
-def test_a_sharded_block_with_a_mixed_precision_policy_is_refused(ranks):
-    for res in _result(ranks, "mixed_precision_refused"):
-        assert res["out"]["error"].startswith("SpecEngineError"), res["out"]["error"]
-        assert "self.h.0 (FSDPBlock)" in res["out"]["error"] and "mixed precision" in res["out"]["error"]
-
-
-def test_a_ddp_called_by_a_compiled_function_is_refused_before_it_runs(ranks):
-    for res in _result(ranks, "ddp_inside_refused"):
-        assert res["out"]["error"].startswith("SpecEngineError"), res["out"]["error"]
-        assert "(DistributedDataParallel)" in res["out"]["error"]
-
-
-def test_a_collective_in_a_compiled_function_is_refused_and_never_runs(ranks):
-    for res in _result(ranks, "collective_refused"):
-        assert res["out"]["error"].startswith("UnsupportedOpError"), res["out"]["error"]
-        assert "all_reduce" in res["out"]["error"] and "test_distributed.py" in res["out"]["error"]
+def test_a_refused_collective_never_ran(ranks: list) -> None:
+    for res in _result(ranks, "collective"):
         assert res["out"]["sum"] == [1.0, 1.0] and res["out"]["misses"] == 0
 
 
-def test_a_python_functional_collective_is_refused(ranks):
-    for res in _result(ranks, "functional_refused"):
-        assert "_functional_collectives.all_reduce" in res["out"]["error"], res["out"]["error"]
+def test_a_functional_collective_op_runs_on_every_call(ranks: list) -> None:
+    got, ref = _result(ranks, "collective-op"), _result(ranks, "collective-op-eager")
+    for r in range(2):
+        _same(got[r]["out"], ref[r]["out"], f"rank {r}")
+        assert got[r]["compiles"] == [1]
 
 
-def test_a_functional_collective_op_runs_on_every_call(ranks):
-    _check(ranks, "collective_op", "collective_op_eager", [1])
-
-
-def test_rank_queries_are_constants(ranks):
-    for r, res in enumerate(_result(ranks, "rank_query")):
+def test_rank_queries_are_constants(ranks: list) -> None:
+    for r, res in enumerate(_result(ranks, "rank-query")):
         assert res["out"]["out"] == [r + 2.0, r + 2.0] and res["compiles"] == [1]
+
+
+def test_a_compile_longer_than_the_timeout_does_not_time_out_the_waiting_rank(ranks: list) -> None:
+    """The scenario ran (test_training_equals_eager compares it); here: rank 1 did wait longer than the timeout."""
+    res = _result(ranks, "ddp-slow-compile")
+    assert res[1]["seconds"] > 2 * SLOW_COMPILE_S > SHORT_TIMEOUT_S, res[1]["seconds"]
+
+
+def test_timeouts_are_extended_from_their_own_value_not_cumulatively(ranks: list) -> None:
+    """After many compiles, WORLD's timeout is its own plus distributed_timeout_factor times the longest compile (a slow one)."""
+    for res in _result(ranks, "world-timeout"):
+        out = res["out"]
+        assert out["longest"] > SLOW_COMPILE_S, out
+        assert out["timeout_s"] == pytest.approx(
+            TIMEOUT_S + specengine.config.distributed_timeout_factor * out["longest"], abs=2e-3
+        ), out
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Torch's own signatures bind every call to an op with a rule (issue 22 part 4; ops/signatures.py).
 
 Generated (tests/siggen.py): every torch callable with a rule, on OpInfo's samples (or the generator's own), in every
-positional/keyword split that torch's schema allows, and with an unknown keyword and an argument given twice. Each
+positional/keyword split that torch's schema allows, in torch's deprecated signatures (`torch.add(x, 2, y)`), and
+with an unknown keyword and an argument given twice. Each
 spelling must do what eager does: the same values, or the same exception type where eager raises; where the
 engine refuses the plain positional call (UnsupportedOpError), a keyword spelling is refused the same way.
 """
@@ -23,9 +24,6 @@ pytest.importorskip("expecttest")  # OpInfo imports numpy and expecttest (the `t
 
 import siggen  # noqa: E402
 
-# Where eager accepts a call through a deprecated Python-only signature (torch's deprecated.yaml, not an aten
-# schema: `torch.add(x, 2, other=y)` is add(input, alpha, other)), the engine raises TypeError. TODO(issue 22).
-DEPRECATED = {"torch.add", "torch.sub", "torch.Tensor.add", "torch.Tensor.sub"}
 VALUES_UNCHECKED = {"torch.empty", "torch.empty_like", "torch.Tensor.new_empty", "torch.rand_like", "torch.randn_like"}
 
 _FNS = siggen.rule_callables()
@@ -66,14 +64,14 @@ def test_every_spelling_matches_eager(fn, opinfo):
     for args, kwargs in calls:
         reference = siggen.Spelling(fn, args, kwargs, "as sampled")
         _, ref_error = _run(reference, compiled=True)
-        for call in siggen.spellings(fn, args, kwargs):
+        for call in siggen.spellings(fn, args, kwargs) + siggen.deprecated_spellings(fn, args, kwargs):
             expected, eager_error = _run(call, compiled=False)
             got, error = _run(call, compiled=True)
             checked += 1
             if eager_error is None and error is None:
                 _same(name, got, expected)
-            elif eager_error is None and not call.valid and name in DEPRECATED:
-                assert isinstance(error, TypeError), (call, error)
+            elif eager_error is None and (call.label.startswith("deprecated") or call.label.endswith("twice")):
+                assert isinstance(error, specengine.UnsupportedOpError) and "deprecated" in str(error), (call, error)
             elif eager_error is None:
                 assert isinstance(ref_error, specengine.SpecEngineError) and type(error) is type(ref_error), (
                     f"{call}: eager gives a result; the engine raised {error!r} (the sampled spelling: {ref_error!r})"

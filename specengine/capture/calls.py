@@ -48,7 +48,7 @@ from specengine import logs
 from specengine.capture.library import importing_now
 from specengine.errors import UnsupportedOpError
 from specengine.prologue.external import has_value_semantics
-from specengine.provenance import _is_internal
+from specengine.provenance import _is_internal, is_installed
 
 _MISSING = object()
 _SPECENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -203,8 +203,8 @@ class Watch:
 
     def _refuse(self, frame: types.FrameType, what: str, hint: str) -> None:
         called = None  # the library function the user's code called, where the C call was made inside it
-        while frame is not None and not self.is_user(frame):
-            frame, called = frame.f_back, frame
+        while frame is not None and (not self.is_user(frame) or is_installed(frame.f_code.co_filename)):
+            frame, called = frame.f_back, frame  # (an installed library's frame: its user's caller is named)
         if called is not None and not _is_internal(called.f_code.co_filename):
             what = f"{called.f_globals.get('__name__', '?')}.{_qualname(called.f_code)}() (it calls {what})"
         where = "<unknown>" if frame is None else f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"

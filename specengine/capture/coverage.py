@@ -33,14 +33,20 @@ import types
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+import torch
+
 from specengine.capture import distributed, module_reads
 from specengine.capture.library import SITE, importing_now, is_library
 from specengine.capture.pytypes import give_type, names_type, take_type, traced_type
+from specengine.config import config
 from specengine.errors import UnsupportedOpError
 from specengine.prologue.external import user_module_object
 from specengine.provenance import _is_internal
 
-_SKIP, _USER, _ENTER, _TYPE, _DIST = 0, 1, 2, 4, 8
+_SKIP, _USER, _ENTER, _TYPE, _DIST, _SITE = 0, 1, 2, 4, 8, 16
+_SPECENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_ENGINE_WORK = tuple(os.path.join(_SPECENGINE, d) + os.sep for d in ("ops", "ir", "constraints", "prologue", "persist"))
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _MAX_CLOSURES = 64  # functions sharing one code object whose cells are guarded; beyond it the compile is refused
 
 
@@ -56,7 +62,10 @@ def _kind(code: types.CodeType, glb: dict) -> int:
         return kind | _DIST
     if _not_users(code.co_filename, glb):
         return kind
-    return kind | _USER | (_TYPE if names_type(code, glb) else 0)
+    site = _SITE if code.co_filename.startswith(SITE) else 0  # an installed package's: the user's only when called by
+    if site and config.library_globals == "constant":  # the user (`Coverage._called_by_user`), or never
+        return kind
+    return kind | _USER | site | (_TYPE if names_type(code, glb) else 0)
 
 
 class Coverage:
@@ -80,7 +89,10 @@ class Coverage:
         if kind is None:
             kind = self._kind_of(frame)
         if kind and not importing_now():  # (code an import runs is a library's, whoever wrote it)
-            self._note(frame, code, kind)
+            if kind & _SITE and not self._called_by_user(frame):
+                kind &= _ENTER | _DIST  # (specengine or torch called it: library code)
+            if kind:
+                self._note(frame, code, kind)
         prev = self.prev
         return None if prev is None else prev(frame, event, arg)
 
@@ -131,9 +143,20 @@ class Coverage:
             kind = self.kinds[frame.f_code] = _kind(frame.f_code, frame.f_globals)
         return kind
 
+    def _called_by_user(self, frame: types.FrameType) -> bool:
+        """Whether installed-package code runs on the program's behalf: below it, past installed packages' and
+        torch's frames (`nn.Module.__call__` calling a model's `forward`, torch's pytree calling a helper), comes
+        the user's code or the trace's entry, not specengine's own work on an op (reading torch's signature
+        tables with yaml, its shape and constraint machinery calling sympy through torch)."""
+        back = frame.f_back
+        while back is not None and (self._kind_of(back) & _SITE or back.f_code.co_filename.startswith(_TORCH)):
+            back = back.f_back
+        return back is None or not back.f_code.co_filename.startswith(_ENGINE_WORK)
+
     def is_user(self, frame: types.FrameType) -> bool:
         """Whether `frame` runs user code (not specengine's, torch's or the standard library's; not an import's)."""
-        return bool(self._kind_of(frame) & _USER) and not importing_now()
+        kind = self._kind_of(frame)
+        return bool(kind & _USER) and not importing_now() and (not kind & _SITE or self._called_by_user(frame))
 
     def context_manager(self, frame: types.FrameType, offset: int) -> Any:
         """The context manager that the `with` at `offset` of `frame` entered (None if not seen: a C `__enter__`).

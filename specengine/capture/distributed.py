@@ -8,7 +8,8 @@ an entry. So:
 - `specengine.compile` runs such a module's own call eagerly and compiles the module inside (`compiled_module.py`);
 - a submodule that FSDP2 manages, inside a compiled module, is an opaque call of the trace (`opaque_calls`): its
   hooks run eagerly on every call, and its parameters (sharded outside its call) are not inputs
-  (`prologue/state.py`);
+  (`prologue/state.py`); its outputs come from a nested trace of its forward that sees what FSDP2 presents to it
+  (`_Sharding`: a mixed precision policy's dtypes, the compute device under CPU offload);
 - a compile whose function would call another module that torch.distributed manages (a DDP, a `replicate`d module)
   is refused before anything runs (`refuse_managed`), naming the module: its code would run on proxies;
 - any other torch.distributed code that user code calls while tracing (`dist.all_reduce(t)`, the Python functional
@@ -89,14 +90,14 @@ def refuse_managed(fn: Callable, modules: list) -> list:
     """Refuse a compile whose function would call a module that torch.distributed manages, before it runs: its
     hooks would run on proxies and touch distributed state. `modules` are the module roots of the inputs; the bound
     `self` of a compiled `forward` runs its own hooks eagerly, outside the trace. Returns the modules FSDP2 manages
-    inside a root: their calls are opaque calls of the trace (`opaque_calls`)."""
+    inside a root, each with what FSDP2 does around its call (`_Sharding`): their calls are opaque calls of the trace
+    (`opaque_calls`)."""
     bound_self = getattr(fn, "__self__", None) if isinstance(fn, types.MethodType) else None
     opaque = []
     for root_path, _, root in modules:
         for qual, sub in root.named_modules():
             if qual and sharded(sub):
-                _check_policies(sub, f"{root_path}.{qual}")
-                opaque.append(sub)
+                opaque.append((sub, _Sharding(sub, f"{root_path}.{qual}")))
                 continue
             why = None if sub is bound_self else managed(sub)
             if why is not None:
@@ -111,29 +112,42 @@ def refuse_managed(fn: Callable, modules: list) -> list:
     return opaque
 
 
-def _check_policies(module: torch.nn.Module, path: str) -> None:
-    """An opaque call's outputs are traced with the module's parameters as they are stored: refused where FSDP2
-    computes with others (a mixed precision policy's param_dtype or output_dtype, CPU offload)."""
-    try:
-        state = module._get_fsdp_state()
-        groups = list(getattr(state, "_fsdp_param_groups", None) or [getattr(state, "_fsdp_param_group", None)])
-        policies = [(g.mp_policy, g.offload_policy) for g in groups if g is not None]
-        policies.append((getattr(state, "_mp_policy", None), None))
-        why = None
-        for mp, offload in policies:
-            if mp is not None and (mp.param_dtype is not None or mp.output_dtype is not None):
-                why = "a mixed precision policy (param_dtype or output_dtype)"
-            elif type(offload).__name__ == "CPUOffloadPolicy":
-                why = "CPU offload"
-    except AttributeError:  # FSDP2's state changed shape: do not guess
-        why = "an FSDP2 state that specengine does not know"
-    if why is not None:
-        raise SpecEngineError(
-            f"specengine cannot compile a call of {path} ({type(module).__name__}): fully_shard manages it with "
-            f"{why}, so its outputs are not those of its forward on its parameters as stored (issue 24). Compile "
-            "its forward before sharding it instead: `blk.forward = specengine.compile(blk.forward)`, then "
-            "`fully_shard(blk, ...)`."
-        )
+class _Sharding:
+    """What FSDP2 does around a call of a module it manages, as the nested trace must see it: the dtype and device of
+    each unsharded parameter (a mixed precision policy's `param_dtype`, the compute device under CPU offload), the
+    cast of floating inputs (`cast_forward_inputs` with a `param_dtype`) and of floating outputs (`output_dtype`)."""
+
+    def __init__(self, module: torch.nn.Module, path: str):
+        try:
+            state = module._get_fsdp_state()
+            mp = state._mp_policy
+            self.params = {}  # (id(owner module), name) -> (dtype, device) of the unsharded parameter
+            for group in state._fsdp_param_groups:
+                for fp in group.fsdp_params:
+                    info = fp._module_info
+                    orig, cast = fp.sharded_param.dtype, fp.mp_policy.param_dtype  # as FSDPParam.init_dtype_attrs
+                    view = (cast if cast is not None and orig.is_floating_point else orig, torch.device(fp.device))
+                    for owner, name in zip([info.module, *info.shared_modules],
+                                           [info.param_name, *info.shared_param_names]):  # fmt: skip
+                        self.params[(id(owner), name)] = view
+            self.inputs = mp.param_dtype if mp.cast_forward_inputs else None
+            self.outputs = mp.output_dtype
+        except AttributeError as e:  # FSDP2's state changed shape: do not guess
+            raise SpecEngineError(
+                f"specengine cannot compile a call of {path} ({type(module).__name__}): fully_shard manages it with "
+                f"a state that specengine does not know ({e}), so the outputs of its call are unknown (issue 24). "
+                "Compile its forward before sharding it instead: `blk.forward = specengine.compile(blk.forward)`, "
+                "then `fully_shard(blk, ...)`."
+            ) from None
+
+    def cast_inputs(self, tree: Any) -> Any:
+        dtype = self.inputs
+        if dtype is None:
+            return tree
+        return tree_map(lambda t: t.to(dtype) if isinstance(t, TensorProxy) and t.dtype.is_floating_point else t, tree)
+
+    def output_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        return self.outputs if self.outputs is not None and dtype.is_floating_point else dtype
 
 
 @contextmanager
@@ -145,10 +159,11 @@ def opaque_calls(fn: Callable, modules: list) -> Iterator[None]:
     modules that torch.distributed manages are refused (`refuse_managed`)."""
     installed = []
     try:
-        for sub in refuse_managed(fn, modules):
+        for sub, sharding in refuse_managed(fn, modules):
             d = sub.__dict__
             installed.append((d, d.get("_compiled_call_impl")))
-            dict.__setitem__(d, "_compiled_call_impl", functools.partial(_opaque_call, sub))  # Module.__call__'s hook
+            call = functools.partial(_opaque_call, sub, sharding)
+            dict.__setitem__(d, "_compiled_call_impl", call)  # Module.__call__'s hook
         yield
     finally:
         for d, old in reversed(installed):
@@ -169,19 +184,21 @@ def _symbol(module: torch.nn.Module) -> Symbol:
     return sym
 
 
-def _opaque_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+def _opaque_call(module: torch.nn.Module, sharding: _Sharding, *args: Any, **kwargs: Any) -> Any:
     state = context.current()
     if state is None or not any(isinstance(x, Proxy) for x in tree_leaves((args, kwargs))):
         if state is not None:
             raise unsupported(f"a call of {type(module).__name__} (managed by FSDP2) without traced inputs",
                               "pass it a tensor computed by the compiled function")  # fmt: skip
         return module._call_impl(*args, **kwargs)  # another thread, not tracing: the module's own call
-    _local.outputs = [_nested_forward(state, module, args, kwargs)]
+    _local.outputs = [_nested_forward(state, module, sharding, args, kwargs)]
     return state.record(_symbol(module), args, kwargs)
 
 
-def _nested_forward(state: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
-    """The outputs of `module(*args)`: fresh proxies shaped by its `forward` run on proxies of its tensors."""
+def _nested_forward(state: Any, module: torch.nn.Module, sharding: _Sharding, args: tuple, kwargs: dict) -> Any:
+    """The outputs of `module(*args)`: fresh proxies shaped by its `forward` run on proxies of its tensors as FSDP2
+    presents them to it (unsharded, in the policy's dtype, on the compute device), on its inputs and outputs cast as
+    FSDP2's hooks cast them."""
     saved = []
     try:
         for sub in module.modules():
@@ -189,13 +206,15 @@ def _nested_forward(state: Any, module: torch.nn.Module, args: tuple, kwargs: di
                 for k, t in list(table.items()):
                     if isinstance(t, torch.Tensor) and not isinstance(t, Proxy):
                         cls = torch.nn.Parameter if isinstance(t, torch.nn.Parameter) else torch.Tensor
-                        proxy = TensorProxy(state.names.fresh("w"), tuple(t.shape), t.dtype, t.device,
-                                            t.requires_grad, cls)  # fmt: skip
+                        dtype, device = sharding.params.get((id(sub), k), (t.dtype, t.device))
+                        proxy = TensorProxy(state.names.fresh("w"), tuple(t.shape), dtype, device, t.requires_grad,
+                                            cls)  # fmt: skip
                         saved.append((table, k, t))
                         dict.__setitem__(table, k, proxy)
         pending = len(state.pending) + len(state.pending_binds)
         state.scopes.append([])  # forward's ops: dropped (the module runs itself)
         try:
+            args, kwargs = sharding.cast_inputs((args, kwargs))
             out = type(module).forward(module, *args, **kwargs)
         finally:
             state.scopes.pop()
@@ -210,7 +229,8 @@ def _nested_forward(state: Any, module: torch.nn.Module, args: tuple, kwargs: di
 
     def fresh(t: Any) -> Any:
         if isinstance(t, TensorProxy):
-            return TensorProxy(state.names.fresh("t"), t.dims, t.dtype, t.device, grad and t.dtype.is_floating_point)
+            dtype = sharding.output_dtype(t.dtype)
+            return TensorProxy(state.names.fresh("t"), t.dims, dtype, t.device, grad and dtype.is_floating_point)
         if t is not None:
             raise unsupported(f"{type(module).__name__}.forward (managed by FSDP2) returning a {type(t).__name__}",
                               "return tensors only")  # fmt: skip

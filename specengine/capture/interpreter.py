@@ -209,6 +209,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     state.ran_codes = ran.codes  # the user code the trace ran (a disk cache re-checks its hashes: specengine/persist)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
     specs.layout_facts = list(state.facts.layout_facts)
+    specs.attr_facts = list(state.facts.attr_facts)
     specs.lifted = list(state.facts.lifted)  # tensors closed over from outside: inputs the prologue passes as they are
     params += tuple(proxy for proxy, _, _ in state.facts.lifted)
     state.frontend_s = (user_start - start) + (time.perf_counter() - user_end)  # the walks around the user's call
@@ -220,7 +221,8 @@ def _new_state(specs: InputSpecs, decider: Decider) -> CaptureState:
     tensors = [s for s in specs.leaves() if isinstance(s, TensorSpec)]
     facts = InputFacts(formats={s.local: s.formats for s in tensors},
                        contiguity={t.local: t.contiguous for t in tensors},
-                       layouts={k: v for k, v in specs.layouts.items() if v is not None})  # fmt: skip
+                       layouts={k: v for k, v in specs.layouts.items() if v is not None},
+                       tensor_attrs={s.local: s.attrs for s in tensors if s.attrs})  # fmt: skip
     return CaptureState(decider, NameGen(), facts, dict(specs.sources))  # s0 -> 'x.shape[0]': for run-time checks
 
 

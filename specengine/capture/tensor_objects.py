@@ -15,9 +15,12 @@ Each construct behaves as eager (an op of the computation, so every call does it
   detached, of class Parameter).
 - `x.attr = v` (a Python attribute, or `x.grad = v`): an op that sets it on the call's tensor; reading it later in
   the function gives `v` as traced (symbolic where `v` is). A Python attribute that the function did not set is
-  missing, as on a plain tensor (`AttributeError`, `hasattr` False, `getattr`'s default); for an input, an op checks
-  on every call that the call's tensor has no such attribute, and refuses the call (naming the read) where it has
-  one. Assigning another Tensor attribute (`x.data`, `x.grad_fn`) is refused.
+  missing, as on a plain tensor (`AttributeError`, `hasattr` False, `getattr`'s default). A Python attribute read
+  from an input tensor (an argument, a module's parameter: `x.scale` set by the caller, `getattr`, `hasattr`,
+  `x.__dict__`, `vars(x)`) is a guarded value: the prologue checks that each call's tensor has the value the trace
+  read, or lacks the attribute as it did (a change misses); a value without value semantics (a tensor, a list) is
+  refused by name, as is an attribute of a tensor closed over from outside (checked by an op on every call where
+  the trace took it to be missing). Assigning another Tensor attribute (`x.data`, `x.grad_fn`) is refused.
 - `x.nbytes`, `x.itemsize`: symbolic (`numel * itemsize`, a static fact of the dtype).
 - `x.is_leaf`: known for tensors that do not require grad and for ones the function made; refused for an input
   that requires grad. `x.grad`, `x.grad_fn`, `x.retains_grad` (autograd state): refused unless set in the function.
@@ -38,9 +41,12 @@ from torch.utils import _pytree as pytree
 from specengine.capture.effect_ops import record
 from specengine.errors import UnsupportedOpError
 from specengine.ir import context
+from specengine.ir.literals import type_name
 from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported
 from specengine.ir.symbol import Symbol, tree_leaves
 from specengine.ops import registry
+from specengine.prologue.external import _ABSENT as ABSENT_ATTR
+from specengine.prologue.external import has_value_semantics
 from specengine.provenance import _is_internal, user_frame
 
 _SPECENGINE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -270,17 +276,64 @@ def _getattr(self: TensorProxy, name: str) -> Any:
     attrs = _attrs.get(self)
     if attrs is not None and name in attrs:
         return attrs[name]
+    if name == "__dict__" and context.current() is not None:  # (`vars(x)` too: a proxy has no instance dict)
+        return _dict(self)
     if not name.startswith("__") and not hasattr(torch.Tensor, name) and context.current() is not None:
         caller = sys._getframe(1).f_code.co_filename
         if not _is_internal(caller) and _is_input(self):
+            state = context.require()
+            if self.name in state.facts.formats:  # an argument or module state: the prologue checks what was read
+                _read_attr(self, name, (state.facts.tensor_attrs.get(self.name) or {}).get(name, ABSENT_ATTR))
+                found = state.facts.tensor_attrs.get(self.name) or {}
+                return found[name] if name in found else _base_getattr(self, name)  # (eager's AttributeError)
             if _an_example_has(name):
-                raise unsupported(f"reading the Python attribute {name!r} of an input tensor", "its value is not "
-                                  "guarded; pass the value as an argument, or set it inside the compiled function")  # fmt: skip
+                raise unsupported(f"reading the Python attribute {name!r} of a tensor closed over from outside",
+                                  "its value is not guarded; pass the tensor or the value as an argument")  # fmt: skip
             _check_absent(self, name, user_frame(name).where)
     return _base_getattr(self, name)
 
 
 _inputs = _ByProxy()  # per traced tensor: whether it is an input (no op of the trace made it)
+
+
+def _example_attrs(proxy: TensorProxy) -> dict | None:
+    """The Python attributes of the input tensor that `proxy` stands for, as the call being compiled has them."""
+    state = context.current()
+    return None if state is None else state.facts.tensor_attrs.get(proxy.name)
+
+
+def _read_attr(proxy: TensorProxy, name: str, value: Any) -> Any:
+    """`x.name` of an input tensor: a value with value semantics (a number, a string, a tuple of them), or its
+    absence, is what the trace reads, and the prologue checks that each call's tensor has it (a changed value, an
+    attribute added or removed, misses); anything else (a tensor, a list, an object) is refused by name."""
+    if value is not ABSENT_ATTR and not has_value_semantics(value):
+        raise unsupported(f"reading the Python attribute {name!r} of an input tensor (a {type_name(type(value))})",
+                          "only attributes with value semantics (numbers, strings, tuples of them) are guarded; "
+                          "pass the value as an argument")  # fmt: skip
+    facts = context.require().facts.attr_facts
+    if (proxy.name, name, value) not in facts:
+        facts.append((proxy.name, name, value))
+    return value
+
+
+def _dict(self: TensorProxy) -> dict:
+    """`x.__dict__` / `vars(x)`: the attributes set inside the function and, of an input, all of its own, each read
+    as `x.name` is (guarded by value), and the set of their names guarded too."""
+    out = {k: v for k, v in (_attrs.get(self) or {}).items() if k is not _ABSENT}
+    if not _is_input(self):
+        return out  # made inside: what the function set on it
+    state = context.require()
+    if self.name not in state.facts.formats:
+        raise unsupported("Tensor.__dict__ of a tensor closed over from outside", "its attributes are not guarded; "
+                          "pass the tensor as an argument")  # fmt: skip
+    found = state.facts.tensor_attrs.get(self.name) or {}
+    for name, value in found.items():
+        if name not in out:
+            out[name] = _read_attr(self, name, value)
+    key = (self.name, "__dict__ keys", tuple(sorted(found)))
+    if key not in state.facts.attr_facts:
+        state.facts.attr_facts.append(key)
+    return out
 
 
 def _is_input(proxy: TensorProxy) -> bool:

@@ -53,9 +53,14 @@ def is_exact(v: Any) -> bool:
     return type(v) in _EXACT or (type(v) is tuple and all(is_exact(x) for x in v))
 
 
-def _numpy_scalar(v: Any) -> bool:
+def numpy_scalar(v: Any) -> bool:
+    """A numpy scalar of any of numpy's own scalar types (numbers, bools, strings, bytes, datetimes, voids):
+    immutable, a value by its type, dtype and bytes."""
     np = sys.modules.get("numpy")
     return np is not None and type(v).__module__ == "numpy" and isinstance(v, np.generic) and v.ndim == 0
+
+
+_numpy_scalar = numpy_scalar
 
 
 def numpy_array(v: Any) -> bool:
@@ -95,7 +100,8 @@ def base_value(v: Any) -> Any:
     if issubclass(type(v), str):
         return str.__str__(v)
     if _numpy_scalar(v) and v.dtype.kind in "biufc":
-        return v.item()
+        item = v.item()  # (np.longdouble and np.clongdouble have no exact builtin value: item() keeps them)
+        return item if type(item) in _EXACT else NO_BASE
     return NO_BASE
 
 
@@ -140,6 +146,8 @@ def exact_key(v: Any, depth: int = 0) -> Any:
         return (t, v)  # (devices are equal, not identical, from one tensor to the next)
     if issubclass(type(v), enum.Enum):
         return ("id", id(v))  # members are singletons
+    if numpy_scalar(v):  # (by its bytes: the sign of zero, NaN payloads and a longdouble's precision kept)
+        return ("np", id(t), v.dtype.str, str(v.dtype), v.tobytes())
     if number_like(v) and plain_state(v):
         return ("of", id(t), exact_key(base_value(v), depth + 1))
     return ("id", id(v))

@@ -59,6 +59,8 @@ class InputFacts:
     contiguity: dict[str, bool] = field(default_factory=dict)  # input tensor name -> contiguous in the example
     layouts: dict[str, tuple] = field(default_factory=dict)  # input tensor name -> its example layout (ops/overlap)
     layout_facts: list = field(default_factory=list)  # (tensor name, memory format, is_contiguous) relied on
+    tensor_attrs: dict[str, dict] = field(default_factory=dict)  # input tensor name -> its example's Python attributes
+    attr_facts: list = field(default_factory=list)  # (tensor name, attribute, value) read from an input tensor
     contiguous: set[str] = field(default_factory=set)  # inputs whose contiguity the trace relies on
     lifted: list = field(default_factory=list)  # (proxy, tensor, path): tensors closed over from outside
     uses_default_dtype: bool = False  # an op, or the program, read torch's default dtype (the prologue guards it)

@@ -54,7 +54,7 @@ def _as_method(sym: Symbol, name: str) -> Callable:
         args, kwargs = as_torch_reads(args, kwargs, sym.name in _DATA_METHODS)  # (an IntEnum size: what torch reads)
         if any(is_outside_tensor(a) for a in args) or any(is_outside_tensor(v) for v in kwargs.values()):
             args, kwargs = outside.lift((args, kwargs))  # `x * C`: C, closed over from outside, becomes an input
-        if kwargs and torch_method is not None:
+        if (kwargs or signatures.has_deprecated(torch_method)) and torch_method is not None:
             (self, *args), kwargs = _spell(torch_method, (self, *args), kwargs)
         return sym(self, *args, **kwargs)
 
@@ -131,7 +131,7 @@ def dispatch_torch(func: Callable, args: tuple, kwargs: dict) -> Any:
         return func(*args, **kwargs)  # outside tracing (code run by an import while tracing): eager torch
     args, kwargs = as_torch_reads(args, kwargs, func in _DATA)  # numbers, strings of other types: what torch reads
     sym = TORCH_TABLE.get(func)
-    if kwargs and (sym is not None or func in _INPLACE_VARIANTS):
+    if (kwargs or signatures.has_deprecated(func)) and (sym is not None or func in _INPLACE_VARIANTS):
         if kwargs.get("out") is not None:
             return generic_call(func, args, kwargs)  # the generic path writes `out=` (or refuses it)
         args, kwargs = _spell(func, args, kwargs)

@@ -17,6 +17,11 @@ The signatures come from torch itself, never from the rules:
   Python; `Tensor.to`, bound by hand in torch, is the one schema that has it positional);
 - Python functions (`torch.nn.functional.*`, `torch.Tensor.split`): `inspect.signature`.
 
+Torch's deprecated Python signatures (`torch.add(x, 2, y)` is `add(input, alpha, other)`), which no aten schema
+has, come from the file torch's code generator builds its argument parser from (torchgen's `deprecated.yaml`): a call
+that no regular signature accepts and a deprecated one does is rewritten into the canonical form of the op's own
+schema (`add(x, y, alpha=2)`), as torch's parser tries them last.
+
 A call whose spelling is ambiguous between overloads (`x.to(dtype=d)` matches `to.dtype` and `to.dtype_layout`)
 takes the first overload whose parameter types its values fit; one no overload fits is passed on as written
 (the rule raises, as before).
@@ -24,13 +29,18 @@ takes the first overload whose parameter types its values fit; one no overload f
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import inspect
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+import yaml
 from torch.utils import _pytree as pytree
 
+from specengine.ir.base import unsupported
 from specengine.ir.proxies import NumberProxy, TensorProxy
 
 _REQUIRED = inspect.Parameter.empty
@@ -235,11 +245,18 @@ def fits(kind: str, value: Any) -> bool:
     return True if check is None else check(value)
 
 
-def _fits_all(ov: Overload, form: tuple[tuple, dict]) -> bool:
+def _fits_all(ov: Overload, form: tuple[tuple, dict], scalar_tensors: bool = False) -> bool:
+    """Whether every value fits its parameter; `scalar_tensors`: a 0-dim tensor is also a number (as torch's parser
+    takes it for the Scalars of its deprecated signatures)."""
     args, kwargs = form
     by_name = {p.name: p for p in ov.params}
-    return all(fits(p.kind, v) for p, v in zip(ov.positional, args)) and all(
-        fits(by_name[k].kind, v) for k, v in kwargs.items()
+
+    def ok(kind: str, v: Any) -> bool:
+        zero_dim = scalar_tensors and isinstance(v, (TensorProxy, torch.Tensor)) and v.ndim == 0
+        return fits(kind, v) or (zero_dim and kind in ("number", "Scalar"))
+
+    return all(ok(p.kind, v) for p, v in zip(ov.positional, args)) and all(
+        ok(by_name[k].kind, v) for k, v in kwargs.items()
     )
 
 
@@ -280,6 +297,93 @@ def _check_parser(fn: Any, args: tuple, kwargs: dict) -> None:
         pass
 
 
+def _deprecated_entries() -> dict[str, list[tuple[Any, tuple[str, ...]]]]:
+    """Torch's deprecated Python signatures (`torch.add(x, 2, y)` is `torch.add(x, y, alpha=2)`), from the file
+    torch's own code generator builds its argument parser from (torchgen's `deprecated.yaml`): op name -> [(the
+    deprecated schema, the aten call's arguments in the op's schema order)]. Signatures with `out=` are left out."""
+    global _DEPRECATED
+    if _DEPRECATED is None:
+        _DEPRECATED = {}
+        spec = importlib.util.find_spec("torchgen")
+        path = os.path.join(*spec.submodule_search_locations[:1], "packaged", "autograd", "deprecated.yaml") if spec \
+            else ""  # fmt: skip
+        if os.path.exists(path):
+            with open(path) as f:
+                # (libyaml's loader where built: the pure-Python one takes ~0.4 s of the process's first compile)
+                for item in yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or ():
+                    schema = torch._C.parse_schema(item["name"])
+                    if any(a.name == "out" for a in schema.arguments):
+                        continue
+                    call = item["aten"].strip()
+                    names = tuple(a.strip() for a in call[call.index("(") + 1 : call.rindex(")")].split(","))
+                    _DEPRECATED.setdefault(schema.name, []).append((schema, names))
+    return _DEPRECATED
+
+
+_DEPRECATED: dict | None = None
+
+
+def _deprecated(fn: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """The canonical form of a call that only one of torch's deprecated signatures accepts, or None."""
+    name = getattr(fn, "__name__", None)
+    entries = _deprecated_entries().get(name or "") if name else None
+    if not entries:
+        return None
+    method = _is_method(fn)
+    regular = overloads_all(fn)
+    for ov in regular:  # torch's parser tries the deprecated signatures last
+        try:
+            if _fits_all(ov, _bind_one(fn, ov, args, kwargs)):
+                return None
+        except TypeError:
+            pass
+    for schema, aten_args in entries:
+        old = _schema_overload(schema, method, False)
+        try:
+            form = _bind_one(fn, old, args, kwargs) if old is not None else None
+        except TypeError:
+            continue
+        if form is None or not _fits_all(old, form, scalar_tensors=True):
+            continue
+        values = {**dict(zip((p.name for p in old.positional), form[0])), **form[1]}
+        values["self"] = values.get("self", values.get("input"))
+        for ov in regular:
+            names = [p.name for p in ov.params if p.name != "out"]
+            if len(names) != len(aten_args):
+                continue
+            named = {n: values[a] if a in values else ast.literal_eval(a) for n, a in zip(names, aten_args)}
+            first = named.pop(names[0]) if method else None
+            try:
+                new = _bind_one(fn, ov, (first,) if method else (), named)
+            except TypeError:
+                continue
+            if _fits_all(ov, new, scalar_tensors=True):
+                _no_tensor_scalars(fn, ov, new)
+                return new
+    return None
+
+
+def has_deprecated(fn: Any) -> bool:
+    """Whether torch also accepts `fn` with a deprecated signature (`torch.add(x, 2, y)`)."""
+    name = getattr(fn, "__name__", None)
+    return type(name) is str and name in _deprecated_entries() and not inspect.isfunction(fn)
+
+
+def _no_tensor_scalars(fn: Any, ov: Overload, form: tuple[tuple, dict]) -> None:
+    """A deprecated signature that took a 0-dim tensor as its Scalar (`x.add(t, other=y)`: alpha=t) reads the
+    tensor's data: refused."""
+    values = {**dict(zip((p.name for p in ov.positional), form[0])), **form[1]}
+    for p in ov.params:
+        if p.kind in ("number", "Scalar") and isinstance(values.get(p.name), (TensorProxy, torch.Tensor)):
+            raise unsupported(f"{public_name(fn)} with a tensor as {p.name} (a deprecated signature of torch's)",
+                              f"pass a number as {p.name}, or write the call as {_short(fn)}(..., {p.name}=...)")  # fmt: skip
+
+
+def overloads_all(fn: Any) -> tuple[Overload, ...]:
+    """Torch's (non-deprecated) signatures of a builtin `fn`, including those of operators."""
+    return overloads(fn) or (_schema_overloads(fn) if not inspect.isfunction(fn) else ())
+
+
 def bind(fn: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """`fn(*args, **kwargs)` in torch's canonical spelling (positional parameters positionally, in torch's order;
     keyword-only ones by name), or eager's TypeError where torch refuses the call.
@@ -287,6 +391,9 @@ def bind(fn: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     Calls without keywords are returned as they are (they are already positional), as are callables the table
     has no signature for, and calls of a builtin that torch's parser accepts by a signature the schemas lack.
     """
+    old = _deprecated(fn, args, kwargs) if not inspect.isfunction(fn) else None
+    if old is not None:
+        return old
     sigs = overloads(fn) if kwargs else ()
     if not sigs:
         return args, kwargs

@@ -27,6 +27,7 @@ from specengine.persist.recipes import (
     resolve,
 )
 from specengine.persist.signing import Rejected
+from specengine.prologue.build import INDEX_BUILTINS
 from specengine.prologue.codegen import Check, Guard, Prologue
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -148,7 +149,7 @@ def _index(index: tuple | None, ctx: Context) -> dict | None:
     if index is None:
         return None
     source, values, glb = index
-    if set(glb) != {"self"} or (glb["self"] is not None and glb["self"] is not ctx.module):
+    if set(glb) != {"self", *INDEX_BUILTINS} or (glb["self"] is not None and glb["self"] is not ctx.module):
         raise NoRecipe("an index key reading something other than the module")
     return {"source": source, "values": encode_value(values), "self": glb["self"] is not None}
 
@@ -241,7 +242,7 @@ def load_entry(payload: dict, fn: Any, module: Any) -> Loaded:
     if payload["index"] is not None:
         i = payload["index"]
         _check_source(i["source"], imports=False)
-        index = (i["source"], decode_value(i["values"]), {"self": module if i["self"] else None})
+        index = (i["source"], decode_value(i["values"]), {"self": module if i["self"] else None, **INDEX_BUILTINS})
     guards = [Guard(None, text) for text in payload["guard_texts"]]
     return Loaded(prologue, computation, guards, index, payload["key"])
 

@@ -268,6 +268,7 @@ def build_prologue(name: str, specs: InputSpecs, solution: Solution, returns: li
     _external_checks(st, specs.external)
     _lifted_checks(st, specs.lifted)
     _layout_checks(st, specs.layout_facts)
+    _attr_checks(st, specs.attr_facts)
     unpinned = [g for g in solution.guards if not _is_pin(g.expr, solution.pinned)]
     needed = set(comp_symbols).union(*(g.expr.free_symbols() for g in unpinned))
     _read_symbols(st, needed, dict(solution.pinned))
@@ -363,6 +364,24 @@ def _layout_checks(st: _Steps, facts: list) -> None:
                  f"{local}.is_contiguous(memory_format={fmt})"))  # fmt: skip
 
 
+def _attr_names(t: torch.Tensor) -> tuple:
+    return tuple(sorted(t.__dict__))
+
+
+def _attr_checks(st: _Steps, facts: list) -> None:
+    """Python attributes read from input tensors (`x.scale` set by the caller) keep the values the trace read."""
+    absent = st.name(_ABSENT, "absent")
+    for local, attr, value in facts:
+        if attr == "__dict__ keys":  # (`x.__dict__` read whole: no attribute added or removed)
+            read = f"{st.name(_attr_names, 'attr_names')}({local})"
+            st.check(
+                fail_source(read, value, st.name), f"{local}.__dict__ has {show(value)}", (f"{local}.__dict__", read)
+            )
+            continue
+        read = f"{local}.__dict__.get({literal(attr)}, {absent})"
+        st.check(fail_source(read, value, st.name), f"{local}.{attr} == {show(value)}", (f"{local}.{attr}", read))
+
+
 def _is_pin(e: E.Expr, pinned: dict[str, int]) -> bool:
     return (
         e.op == "rel"
@@ -371,6 +390,9 @@ def _is_pin(e: E.Expr, pinned: dict[str, int]) -> bool:
         and e.args[1].args[0] in pinned
         and e.args[2].is_const
     )
+
+
+INDEX_BUILTINS = {"_se_type": type, "_se_int": int}  # (named apart from any parameter of the user's)
 
 
 def build_index_key(fn_name: str, specs: InputSpecs, pinned: dict[str, int]) -> tuple[str, tuple, dict] | None:
@@ -387,14 +409,16 @@ def build_index_key(fn_name: str, specs: InputSpecs, pinned: dict[str, int]) -> 
     lines, parts, read = [], [], set()
     for s in pins:
         spec, d = sources[s]
-        if d is None:
-            parts.append(spec.path)
+        if d is None:  # type-exact: an int subclass is never hashed or compared here (its __hash__ is user code)
+            k = f"_se_k{len(lines)}"
+            lines.append(f"  {k} = {spec.path}")
+            parts.append(f"({k} if _se_type({k}) is _se_int else None)")
             continue
         if spec.path not in read:
             read.add(spec.path)
             lines.append(f"  {spec.local}_shape = {spec.path}.shape")
         parts.append(f"{spec.local}_shape[{d}]")
-    glb: dict[str, Any] = {"self": specs.module}
+    glb: dict[str, Any] = {"self": specs.module, **INDEX_BUILTINS}
     body = "\n".join(lines + [f"  return ({''.join(p + ', ' for p in parts)})"])
     source = f"def {fn_name}_index_key{signature_source(specs.signature, glb)}:\n{body}\n"
     return source, tuple(pinned[s] for s in pins), glb

@@ -25,6 +25,7 @@ from specengine.ir.literals import (
     exact_key,
     number_like,
     numpy_array,
+    numpy_scalar,
     plain_state,
     same_array,
     show,
@@ -44,7 +45,9 @@ def has_value_semantics(v: Any, depth: int = 0) -> bool:
         return True
     if numpy_array(v):  # by dtype, shape and contents (a snapshot: prologue/external.py's fail_source)
         return True
-    if number_like(v) and not isinstance(v, enum.Enum):  # an int subclass, a numpy scalar: by type and base value
+    if numpy_scalar(v):  # immutable: by type and bytes
+        return True
+    if number_like(v) and not isinstance(v, enum.Enum):  # an int subclass: by type and base value
         return plain_state(v)
     if depth > 8:
         return False
@@ -61,6 +64,8 @@ def same_value(a: Any, b: Any) -> bool:
         return False
     if numpy_array(a):
         return same_array(a, b)
+    if numpy_scalar(a):
+        return exact_key(a) == exact_key(b)
     if type(a) not in _SCALARS and number_like(a):
         return plain_state(b) and exact_key(a) == exact_key(b)
     if type(a) in (float, complex):  # by sign of zero, NaN equal to NaN

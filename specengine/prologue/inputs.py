@@ -38,6 +38,7 @@ class TensorSpec:
     symbols: tuple[str, ...]
     contiguous: bool = True
     formats: tuple = ()  # (memory format, is_contiguous in it), for guarded `is_contiguous(memory_format=...)`
+    attrs: dict | None = field(default=None, repr=False, compare=False)  # the example's Python attributes (or None)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ class InputSpecs:
     external: list = field(default_factory=list)  # ObjGuards: bound self, defaults, partials (prologue/external.py)
     lifted: list = field(default_factory=list)  # (proxy, tensor): tensors closed over from outside (ops/outside.py)
     layout_facts: list = field(default_factory=list)  # (tensor local, memory format, bool) (ops/layouts.py)
+    attr_facts: list = field(default_factory=list)  # (tensor local, attribute, value read) (capture/tensor_objects.py)
     mutables: dict = field(default_factory=dict)  # id -> (spec, value): lists, dicts, plain objects passed in
     outside_ids: frozenset = frozenset()  # ids of the mutable objects reachable from outside (capture/mutations.py)
     layouts: dict = field(default_factory=dict)  # tensor local -> its example layout (ops/overlap.layout_of)
@@ -265,8 +267,9 @@ class _Builder:
                 name = f"s{self.n_dims}"
                 self.n_dims += 1
                 syms.append(self.symbol(name, int(size), f"{path}.shape[{d}]", 0, marks.get(d)))
+            attrs = getattr(value, "__dict__", None)  # (read by name, by value: capture/tensor_objects.py)
             spec = TensorSpec(path, local, type(value), value.dtype, value.device, value.requires_grad, tuple(syms),
-                              value.is_contiguous(), formats_of(value))  # fmt: skip
+                              value.is_contiguous(), formats_of(value), dict(attrs) if attrs else None)  # fmt: skip
             self.specs.layouts[local] = example_layout(value)
             if self.tensors is not None:
                 self.tensors[id(value)] = spec
