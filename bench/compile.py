@@ -5,7 +5,8 @@ dynamic=True), and prints each compile's stage times, its z3 share and its slowe
 Goals: z3 at most 20% of compile time, no single query over 100 ms. A benchmark, not a test.
 
 `--layers 8,16,32,64` sweeps the example GPT (width 32, 2 heads, dynamic=True, (2, 17) inputs, after a
-warm-up compile) over layer counts: every stage, the z3 time and query count, the slowest query, ms per layer
+warm-up compile) over layer counts: every stage (the frontend's walks as their own column; the per-event cost
+of its coverage tracer and C-call watcher, measured with them switched off, after the table), the z3 time and query count, the slowest query, ms per layer
 and the growth ratio t(2n)/t(n) (goal: at most 2.1, i.e. linear), then a GPT-2-small first call (12 layers,
 width 768; goal <= 0.35 s). "init" is the one-time cost of a fresh process: `import specengine, torch` and the
 seed function's first compile, measured in a subprocess against `import torch` alone (goal: <= 0.3 s beyond).
@@ -19,10 +20,12 @@ import argparse
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import torch
 
 import specengine
+from specengine.capture import calls, coverage
 
 
 def layer_norm(x):
@@ -119,27 +122,62 @@ def gpt_first_call(n_layer: int, n_embd: int, n_head: int, vocab: int = 64, bloc
     return first, specengine.cache_entries(cfn)[0].stats
 
 
+@contextmanager
+def hooks_off():
+    """The coverage tracer and the C-call watcher set up but switched off at once: what their per-event cost is,
+    by difference (a measurement only: traces made so are not checked)."""
+    saved = coverage.collecting, calls.watching
+
+    def off(cm):
+        @contextmanager
+        def wrapped(*args, **kwargs):
+            with cm(*args, **kwargs) as value:
+                sys.settrace(None)
+                sys.setprofile(None)
+                yield value
+
+        return wrapped
+
+    coverage.collecting, calls.watching = off(saved[0]), off(saved[1])
+    try:
+        yield
+    finally:
+        coverage.collecting, calls.watching = saved
+
+
+def print_hooks(n: int, repeat: int = 2) -> None:
+    """The frontend's per-event hooks at `n` layers: the first call with them on and off (best of `repeat`)."""
+    on = min(gpt_first_call(n, 32, 2)[0] for _ in range(repeat))
+    with hooks_off():
+        off = min(gpt_first_call(n, 32, 2)[0] for _ in range(repeat))
+    print(f"frontend hooks (coverage tracer, C-call watcher) at {n} layers: {(on - off) * 1e3:.0f} ms "
+          f"({(on - off) / on * 100:.0f}% of the first call: {on:.3f} s on, {off:.3f} s off)")  # fmt: skip
+
+
 def sweep(layers: list[int], gpt2: bool) -> None:
     gpt_first_call(1, 32, 2)  # warm-up compile: one-time imports and caches
-    print(f"{'layers':>6} {'first s':>8} {'compile':>8} {'trace ms':>9} {'solve ms':>9} {'codegen':>8} "
+    print(f"{'layers':>6} {'first s':>8} {'compile':>8} {'trace ms':>9} {'(front)':>8} {'solve ms':>9} {'codegen':>8} "
           f"{'z3 ms':>8} {'z3 #':>5} {'z3 %':>6} {'max q ms':>9} {'ms/layer':>9} {'ratio':>6}")  # fmt: skip
     prev = None
     for n in layers:
         first, st = gpt_first_call(n, 32, 2)
         ratio = f"{first / prev[1]:6.2f}" if prev and prev[0] * 2 == n else f"{'':6}"
-        print(f"{n:6d} {first:8.3f} {st['compile_s']:8.3f} {st['trace_s'] * 1e3:9.1f} {st['solve_s'] * 1e3:9.1f} "
+        print(f"{n:6d} {first:8.3f} {st['compile_s']:8.3f} {st['trace_s'] * 1e3:9.1f} {st['frontend_s'] * 1e3:8.1f} "
+              f"{st['solve_s'] * 1e3:9.1f} "
               f"{st['codegen_s'] * 1e3:8.1f} {st['z3_s'] * 1e3:8.1f} {st['z3_calls']:5d} "
               f"{st['z3_s'] / st['compile_s'] * 100:5.1f}% {st['z3_max_query_s'] * 1e3:9.2f} "
               f"{first / n * 1e3:9.2f} {ratio}")  # fmt: skip
         prev = (n, first)
     print(
         "ratio: t(n)/t(n/2) of the first call (goal <= 2.1); goals: <= 15 ms/layer at 64 layers, "
-        "z3 <= 20%, no query over 100 ms"
+        "z3 <= 20%, no query over 100 ms; (front): the frontend's walks within trace (inputs described, "
+        "watchers set up and checked, mutation walks, fingerprints)"
     )
+    print_hooks(layers[-1])
     if gpt2:
         first, st = gpt_first_call(12, 768, 12, vocab=50257, block=1024)
         print(f"GPT-2 small (12 layers, width 768) first call: {first:.3f} s (goal <= 0.35 s); trace "
-              f"{st['trace_s'] * 1e3:.0f} ms, solve {st['solve_s'] * 1e3:.0f} ms, codegen {st['codegen_s'] * 1e3:.0f} ms, "
+              f"{st['trace_s'] * 1e3:.0f} ms (frontend walks {st['frontend_s'] * 1e3:.0f} ms), solve {st['solve_s'] * 1e3:.0f} ms, codegen {st['codegen_s'] * 1e3:.0f} ms, "
               f"z3 {st['z3_s'] * 1e3:.0f} ms ({st['z3_calls']} queries)")  # fmt: skip
 
 

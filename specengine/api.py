@@ -324,9 +324,11 @@ def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: 
 def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
                   auto_dynamic: frozenset[str] = frozenset(), promoted: frozenset = frozenset()) -> CacheEntry:  # fmt: skip
     """The compile pipeline: describe inputs, trace, solve, specialize and claim, generate the prologue."""
-    times = {"start": time.perf_counter()}
+    times = {"start": time.perf_counter(), "frontend": 0.0}
     for _ in range(64):
+        described = time.perf_counter()
         specs = describe_inputs(fn, args, kwargs, options.dynamic, auto_dynamic, promoted)
+        times["frontend"] += time.perf_counter() - described  # (walks of module state, fingerprints)
         try:
             traces, decider, state = _trace_stage(fn, specs, options)
             break
@@ -335,6 +337,7 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     else:
         raise SpecEngineError("internal error: module attributes kept being promoted")
     uses_default_dtype, plan = state.facts.uses_default_dtype, state.output_plan
+    times["frontend"] += state.frontend_s
     reads = tuple(sorted(state.global_reads.items(), key=repr))  # global torch settings the trace read
     times["trace"] = time.perf_counter()
     solution, computation, contiguous = _computation_stage(traces[-1], decider, specs, options)
@@ -368,6 +371,7 @@ def _stats(times: dict[str, float], decider: Decider, solution: Solution) -> dic
         "solve_s": times["solve"] - times["trace"],
         "codegen_s": times["codegen"] - times["solve"],
         "compile_s": times["codegen"] - times["start"],
+        "frontend_s": times["frontend"],  # (part of trace_s) describing the inputs, the walks around the user's call
         "z3_calls": decider.z3_calls + solution.z3_calls,
         "z3_s": decider.z3_seconds + solution.z3_seconds,
         "z3_max_query_s": max(decider.z3_max_seconds, solution.z3_max_seconds),

@@ -61,13 +61,21 @@ except ImportError:  # pragma: no cover - torch depends on it
     _WRAPPERS = ()
 
 
+_internal: dict[str, bool] = {}  # filename -> _is_internal (asked for every frame below each op and decision)
+
+
 def _is_internal(filename: str) -> bool:
     """Frames of specengine itself (but its demo), of torch and of decorators wrapping torch are not the user's."""
-    return (
-        (filename.startswith(_SKIP_DIRS) and filename != _DEMO)
-        or filename.startswith("<specengine-")
-        or (filename in _WRAPPERS)
-    )
+    known = _internal.get(filename)
+    if known is None:
+        if len(_internal) > 4096:  # (exec'd sources have names of their own)
+            _internal.clear()
+        known = _internal[filename] = (
+            (filename.startswith(_SKIP_DIRS) and filename != _DEMO)
+            or filename.startswith("<specengine-")
+            or (filename in _WRAPPERS)
+        )
+    return known
 
 
 def is_installed(filename: str) -> bool:
@@ -83,7 +91,8 @@ def user_frame(op: str = "", reason: str = "") -> Provenance:
     """The innermost frame outside specengine and torch, as a Provenance; where it is an installed library's, the
     innermost frame of the user's own code above it is its `user` (what errors name)."""
     frame = sys._getframe(1)
-    while frame is not None and _is_internal(frame.f_code.co_filename):
+    internal = _internal.get
+    while frame is not None and (internal(frame.f_code.co_filename) or _is_internal(frame.f_code.co_filename)):
         frame = frame.f_back
     if frame is None:
         return Provenance("<unknown>", 0, op, reason)

@@ -73,8 +73,10 @@ _TORCH_DRAWS = frozenset(("rand", "randn", "randint", "randperm", "rand_like", "
                           "uniform_", "random_", "exponential_", "geometric_", "cauchy_", "log_normal_",
                           "native_dropout", "seed", "manual_seed", "set_state", "set_rng_state", "_set_rng_state",
                           "randint_like", "gumbel_softmax"))  # fmt: skip
+# (not the methods every object has, `__new__`, `__init__`, `__eq__`...: none of them draws, and `object.__new__` is
+# called for each object made)
 _NAMES = frozenset({f.__name__ for f in _CLOCKS | _ENTROPY | set(_TORCH_GETTERS)} | set(_DATES) | _TORCH_DRAWS
-                   | {"get", "next"} | set(dir(random.Random)))  # fmt: skip
+                   | {"get", "next"} | (set(dir(random.Random)) - set(dir(object))))  # fmt: skip
 _RANDOM_INIT = random.Random.__init__.__code__
 _THREAD_CODES = {threading.current_thread.__code__, threading.main_thread.__code__}
 
@@ -422,11 +424,15 @@ def _check_generators(found: list) -> None:
         raise UnsupportedOpError(f"drawing from {what} (a {type(g).__name__})", "<traced function>", _DRAW_HINT)
 
 
-_local = threading.local()
+class _Local(threading.local):
+    watch: Any = None  # (a class default: a missing attribute's getattr with a default raises inside)
+
+
+_local = _Local()
 
 
 def current() -> Watch | None:
-    return getattr(_local, "watch", None)
+    return _local.watch
 
 
 @contextmanager

@@ -84,11 +84,11 @@ class Coverage:
         self.fn = self._trace  # the trace function, as set (sys.gettrace() gives this very object)
 
     def _trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        if not importing_now():  # (code an import runs is a library's, whoever wrote it)
-            code = frame.f_code
-            kind = self.kinds.get(code)
-            if kind is None:
-                kind = self._kind_of(frame)
+        code = frame.f_code
+        kind = self.kinds.get(code)
+        if kind is None:
+            kind = self._kind_of(frame)
+        if kind and not importing_now():  # (code an import runs is a library's, whoever wrote it)
             if kind & _SITE and not self._called_by_user(frame):
                 kind &= _ENTER | _DIST  # (specengine or torch called it: library code)
             if kind:
@@ -297,11 +297,15 @@ def _ran(f: types.FunctionType, seen: set) -> bool:
     return tuple(values) in seen
 
 
-_local = threading.local()
+class _Local(threading.local):
+    coverage: Any = None  # (a class default: a missing attribute's getattr with a default raises inside)
+
+
+_local = _Local()
 
 
 def current() -> Coverage | None:
-    return getattr(_local, "coverage", None)
+    return _local.coverage
 
 
 @contextmanager

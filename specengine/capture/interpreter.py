@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -157,6 +158,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     Returns:
         The trace (its parameters are the tensor and int leaves of the inputs) and the tracing state.
     """
+    start = time.perf_counter()
     state, shadows = _new_state(specs, decider), objects.Shadows()
     names, made = state.names, {}
     values = [_proxy(p, names, specs.hints, shadows, made) for p in specs.params]
@@ -192,8 +194,10 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
         ):
             writers.ran = ran  # (which globals this thread may write: the user code that ran in it)
             mutations.check_not_aliased(specs, walk, shadows.rebuilt)
+            user_start = time.perf_counter()
             out = outside.lift(unbound_methods.call_user(fn, args, kwargs))  # a real tensor returned: its proxy
             state.sync_torch_state()  # a change the function did not undo: the computation leaves it too
+            user_end = time.perf_counter()
         specs.writes = recorder.writes
         if specs.writes:  # module attributes `forward` assigned: the computation also returns their values
             out = (out, tuple(w.value for w in specs.writes))
@@ -209,6 +213,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     specs.attr_facts = list(state.facts.attr_facts)
     specs.lifted = list(state.facts.lifted)  # tensors closed over from outside: inputs the prologue passes as they are
     params += tuple(proxy for proxy, _, _ in state.facts.lifted)
+    state.frontend_s = (user_start - start) + (time.perf_counter() - user_end)  # the walks around the user's call
     return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state
 
 

@@ -24,6 +24,7 @@ class CaptureState(TraceState):
         self.coverage = None  # coverage.Coverage: the user code that runs, while the function runs (coverage)
         self.calls = None  # calls.Watch: the C calls this thread makes while the function runs (calls)
         self.entry_torch_state = self.torch_state = torchstate.snapshot()  # at entry; now (here)
+        self.frontend_s = 0.0  # seconds of the walks before and after the user's call: snapshots, checks (interpreter)
 
     def note_global_read(self, key: tuple, value: Any) -> None:
         """The function read a global setting (`(getter name, args)`): its first value is guarded by the prologue."""

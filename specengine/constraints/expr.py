@@ -33,6 +33,7 @@ _INF = math.inf
 # Hash-consing table: (op, args) -> the unique live node; args hold canonical children, compared by identity.
 _TABLE: weakref.WeakValueDictionary[tuple, Expr] = weakref.WeakValueDictionary()
 _LOCK = threading.Lock()
+_REFS = _TABLE.data  # its weak references, read directly on a hit (WeakValueDictionary.get is a Python method)
 
 
 def _operator(fn: str, reflected: bool = False) -> Callable[[Expr, Any], Any]:
@@ -169,7 +170,8 @@ def _make_key(op: str, args: tuple) -> tuple:
 def _intern(op: str, args: tuple) -> Expr:
     """The unique node for ``(op, args)``; callers guarantee ``args`` is already canonical."""
     key = (op, args)
-    e = _TABLE.get(key)  # a hit needs no lock; a miss re-checks under it
+    ref = _REFS.get(key)  # a hit needs no lock; a miss (or a dead reference) re-checks under it
+    e = ref() if ref is not None else None
     if e is not None:
         return e
     with _LOCK:
@@ -189,7 +191,15 @@ def _intern(op: str, args: tuple) -> Expr:
 
 def const(v: int) -> Expr:
     """The integer constant ``v``."""
-    return _intern("const", (int(operator.index(v)),))
+    e = _SMALL.get(v) if type(v) is int else None
+    if e is None:
+        e = _intern("const", (int(operator.index(v)),))
+        if type(v) is int and -1024 <= v <= 65536:
+            _SMALL[v] = e  # (held: the constants of sizes and strides are made again and again)
+    return e
+
+
+_SMALL: dict[int, Expr] = {}
 
 
 def sym(name: str) -> Expr:

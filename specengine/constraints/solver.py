@@ -62,8 +62,11 @@ class Solution:
 
     def fold(self, e: E.Expr) -> E.Expr:
         """`e` over representatives, with pinned symbols and pinned expressions replaced by constants."""
-        if isinstance(e, FloatExpr):
-            return e.subs(self.substitution())
+        if isinstance(e, FloatExpr):  # (not memoized: equal FloatExprs may differ, 0.0 and -0.0)
+            sub = self._memo.get("substitution")
+            if sub is None:
+                sub = self._memo["substitution"] = self.substitution()
+            return e.subs(sub)
         out = self._memo.get(e)
         if out is None:
             sub = self._memo.get("substitution")

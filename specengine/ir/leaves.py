@@ -21,18 +21,29 @@ _registered = [-1]  # len(SUPPORTED_NODES) when _leaf_types was filled: a new re
 _BUILTIN_LEAVES = frozenset({int, float, bool, complex, str, bytes, type(None), type(Ellipsis)})
 
 
+_NODES = pytree.SUPPORTED_NODES  # (a dict torch updates in place)
+_leaf_set: set[type] = set(_BUILTIN_LEAVES)  # the types found to be leaves (cleared with _leaf_types)
+
+
 def _is_leaf_type(t: type) -> bool:
     """Whether torch's pytree treats values of type `t` as leaves (cached per type)."""
     if t in _BUILTIN_LEAVES:
         return True
-    if len(pytree.SUPPORTED_NODES) != _registered[0]:
-        _leaf_types.clear()
-        _registered[0] = len(pytree.SUPPORTED_NODES)
+    _check_registrations()
     leaf = _leaf_types.get(t)
     if leaf is None:
         node = namedtuple if pytree.is_namedtuple_class(t) else t
         leaf = _leaf_types[t] = node not in pytree.SUPPORTED_NODES
+        if leaf and t is not slice:  # (a slice's bounds are looked into)
+            _leaf_set.add(t)
     return leaf
+
+
+def _check_registrations() -> None:
+    if len(_NODES) != _registered[0]:
+        _leaf_types.clear()
+        _leaf_set.intersection_update(_BUILTIN_LEAVES)
+        _registered[0] = len(_NODES)
 
 
 def _is_slice(v: Any) -> bool:
@@ -42,10 +53,12 @@ def _is_slice(v: Any) -> bool:
 def map_leaves(fn: Callable[[Any], Any], x: Any) -> Any:
     """`fn` applied to every leaf of `x` (slices' bounds included), containers rebuilt as pytree would."""
     t = type(x)
-    if t is tuple:
-        return tuple([map_leaves(fn, v) for v in x])
-    if t is list:
-        return [map_leaves(fn, v) for v in x]
+    if t is tuple or t is list:
+        if len(_NODES) != _registered[0]:
+            _check_registrations()
+        known = _leaf_set  # (elements of known leaf types mapped here: no call per leaf)
+        out = [fn(v) if type(v) in known else map_leaves(fn, v) for v in x]
+        return tuple(out) if t is tuple else out
     if t is slice:
         return slice(map_leaves(fn, x.start), map_leaves(fn, x.stop), map_leaves(fn, x.step))
     if t is dict:
@@ -64,8 +77,11 @@ def leaves(x: Any, out: list | None = None) -> list[Any]:
     out = [] if out is None else out
     t = type(x)
     if t is tuple or t is list:
+        if len(_NODES) != _registered[0]:
+            _check_registrations()
+        known = _leaf_set
         for v in x:
-            if type(v) is not slice and _is_leaf_type(type(v)):
+            if type(v) in known:
                 out.append(v)
             else:
                 leaves(v, out)

@@ -134,17 +134,18 @@ def specialize(trace: Trace, fold: Callable[[E.Expr], E.Expr], hints: Mapping[st
     tensors: dict[int, TensorProxy] = {}
 
     def fn(x: Any) -> Any:
-        if isinstance(x, NumberProxy):
-            x = x.expr
-        if isinstance(x, (E.Expr, FloatExpr)):
-            e = fold(x)
-            return e.args[0] if isinstance(e, FloatExpr) and e.is_const else e.value if e.is_const else e
-        if isinstance(x, TensorProxy):
+        t = type(x)  # (by type: `isinstance` of a proxy that fails reads its `__class__` property)
+        if t is TensorProxy:
             new = tensors.get(id(x))
             if new is None:
                 dims = tuple(fold(d) for d in x.dims)
                 new = tensors[id(x)] = TensorProxy(x.name, dims, x.dtype, x.device, x.requires_grad)
             return new
+        if t is NumberProxy:
+            x, t = x.expr, type(x.expr)
+        if t is E.Expr or t is FloatExpr:
+            e = fold(x)
+            return e.args[0] if isinstance(e, FloatExpr) and e.is_const else e.value if e.is_const else e
         return x
 
     bsyms = tuple(
@@ -171,7 +172,7 @@ def _free_symbols(bsyms: tuple[BoundSymbol, ...], output: Any) -> set[str]:
     """Symbols that the bound symbols (decompositions included) and the output refer to."""
     names: set[str] = set()
     for x in tree_leaves(([b.args for b in bsyms], [b.kwargs for b in bsyms], output)):
-        if isinstance(x, (E.Expr, FloatExpr)):
+        if type(x) is E.Expr or type(x) is FloatExpr:  # (not isinstance: a proxy's `__class__` is a property)
             names.update(x.free_symbols())
     for b in bsyms:
         names |= _free_symbols(b.subsymbols, None)

@@ -71,13 +71,21 @@ def _offsets(code: types.CodeType) -> frozenset:
     return frozenset(i.offset for i in dis.get_instructions(code) if i.opname in reads and i.argval == "__class__")
 
 
+_real_isinstance = builtins.isinstance
+
+
 def is_outside_tensor(x: Any) -> bool:
     """A real tensor (e.g. closed over from outside), not a proxy. While tracing, `isinstance(proxy, torch.Tensor)`
-    holds (see `tensor_isinstance`), so `isinstance` alone cannot tell."""
-    return isinstance(x, torch.Tensor) and not isinstance(x, Proxy)
+    holds (see `tensor_isinstance`), so `isinstance` alone cannot tell. (The builtin itself, the proxy test first:
+    it is asked of every argument of every op, and a failed test on a proxy reads its `__class__` property.)"""
+    return not _real_isinstance(x, Proxy) and _real_isinstance(x, torch.Tensor)
 
 
-_real_isinstance = builtins.isinstance
+def is_proxy(x: Any) -> bool:
+    """`isinstance(x, Proxy)` by the builtin itself (what the swapped one answers too, as a Python call)."""
+    return _real_isinstance(x, Proxy)
+
+
 _SWAPS = Patches()
 # (owner, name, hook, original): what tracing swaps in (`add_tracing_patch`), where the original still stands
 _TRACING_PATCHES: list[tuple[Any, str, Any, Any]] = []

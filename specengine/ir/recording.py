@@ -123,6 +123,14 @@ class TraceState:
     def record(self, sym: Any, args: tuple, kwargs: dict) -> Any:
         """Run `sym`'s meta (a prim's shape rule, or a torch-level op's decomposition) and record it."""
         top = len(self.scopes) == 1
+        paused = top and self._pause_user_code()  # no user code runs in here (the hooks slow every Python call)
+        try:
+            return self._record(sym, args, kwargs, top)
+        finally:
+            if paused:
+                self._resume_user_code()
+
+    def _record(self, sym: Any, args: tuple, kwargs: dict, top: bool) -> Any:
         if top:
             check_current(self, args, kwargs)
         source = user_frame(sym.name) if top else None
@@ -132,7 +140,6 @@ class TraceState:
         self.scopes.append([])
         self.raises.append(False)
         self._observed.append(None if top else self._observed[-1])
-        paused = top and self._pause_user_code()  # no user code runs in here
         try:
             out = sym.meta(*args, **kwargs)
         except BaseException as error:
@@ -142,8 +149,6 @@ class TraceState:
                 self._op_failed(sym.name, args, kwargs, error)
             raise
         finally:
-            if paused:
-                self._resume_user_code()
             subsymbols = tuple(self.scopes.pop())
             raises = self.raises.pop()
             self._observed.pop()

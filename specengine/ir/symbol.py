@@ -65,17 +65,35 @@ class BoundSymbol:
         return tree_leaves(self.output)
 
     def with_(self, **changes: Any) -> BoundSymbol:
-        return replace(self, **changes)
+        if not changes.keys() <= _FIELDS:
+            return replace(self, **changes)  # (raises TypeError naming the unknown field)
+        out = _new(BoundSymbol)
+        out.__dict__.update(self.__dict__, **changes)  # (no dataclass machinery: see _copy)
+        return out
 
     def map_values(self, fn: Callable[[Any], Any]) -> BoundSymbol:
         """A copy with `fn` applied to every leaf of args, kwargs, output and subsymbols."""
-        return replace(
+        return _copy(
             self,
-            args=tree_map(fn, self.args),
-            kwargs=tuple((k, tree_map(fn, v)) for k, v in self.kwargs),
-            output=tree_map(fn, self.output),
-            subsymbols=tuple(s.map_values(fn) for s in self.subsymbols),
+            tree_map(fn, self.args),
+            tuple((k, tree_map(fn, v)) for k, v in self.kwargs),
+            tree_map(fn, self.output),
+            tuple(s.map_values(fn) for s in self.subsymbols),
         )
+
+
+_new = object.__new__
+_FIELDS = frozenset(("sym", "args", "kwargs", "output", "subsymbols", "source", "may_raise"))
+
+
+def _copy(b: BoundSymbol, args: tuple, kwargs: tuple, output: Any, subsymbols: tuple) -> BoundSymbol:
+    """`replace(b, args=..., kwargs=..., output=..., subsymbols=...)` without the dataclass machinery (the passes
+    copy every bound symbol of a trace, decompositions included: a frozen dataclass's __init__ sets each field
+    through object.__setattr__)."""
+    out = _new(BoundSymbol)
+    out.__dict__.update(sym=b.sym, args=args, kwargs=kwargs, output=output, subsymbols=subsymbols, source=b.source,
+                        may_raise=b.may_raise)  # fmt: skip
+    return out
 
 
 def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:

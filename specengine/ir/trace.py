@@ -215,7 +215,12 @@ def _used_names(trace: Trace) -> set[str]:
     used = {format_value(x) for x in tree_leaves(trace.output) if isinstance(x, Proxy)}
     used.update(s for x in tree_leaves(trace.output) if isinstance(x, (Expr, FloatExpr)) for s in x.free_symbols())
     for bsym in trace.bsyms:
-        used.update(x.name for x in bsym.flat_args() if isinstance(x, Proxy))
-        used.update(s for x in bsym.flat_args() if isinstance(x, (Expr, FloatExpr)) for s in x.free_symbols())
-        used.update(s for x in bsym.flat_args() if isinstance(x, NumberProxy) for s in x.expr.free_symbols())
+        for x in bsym.flat_args():
+            t = type(x)  # (by type first: a failed isinstance of a TensorProxy reads its `__class__` property)
+            if t is Expr or t is FloatExpr:
+                used.update(x.free_symbols())
+            elif t is TensorProxy or isinstance(x, Proxy):
+                used.add(x.name)
+                if t is NumberProxy:
+                    used.update(x.expr.free_symbols())
     return used

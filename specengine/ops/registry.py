@@ -10,7 +10,7 @@ from torch.overrides import TorchFunctionMode
 from specengine.errors import UnsupportedOpError
 from specengine.ir import context, proxies
 from specengine.ir.literals import as_torch_reads
-from specengine.ir.proxies import Proxy, TensorProxy, is_outside_tensor, unsupported
+from specengine.ir.proxies import TensorProxy, is_outside_tensor, is_proxy, unsupported
 from specengine.ir.symbol import Symbol, tree_leaves
 from specengine.ops import outside, signatures
 from specengine.ops.generic import generic_call, generic_method
@@ -114,7 +114,7 @@ _DATA_METHODS = frozenset({"new_tensor"})
 
 
 def has_proxy(tree: Any) -> bool:
-    return any(isinstance(x, Proxy) for x in tree_leaves(tree))
+    return any(map(is_proxy, tree_leaves(tree)))
 
 
 # functionals with a hand-written out-of-place rule whose `inplace=True` is the in-place op (nn.ReLU(inplace=True))

@@ -309,7 +309,8 @@ def _deprecated_entries() -> dict[str, list[tuple[Any, tuple[str, ...]]]]:
             else ""  # fmt: skip
         if os.path.exists(path):
             with open(path) as f:
-                for item in yaml.safe_load(f) or ():
+                # (libyaml's loader where built: the pure-Python one takes ~0.4 s of the process's first compile)
+                for item in yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or ():
                     schema = torch._C.parse_schema(item["name"])
                     if any(a.name == "out" for a in schema.arguments):
                         continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from typing import Any
 
@@ -35,16 +36,23 @@ class _Steps:
         self.specs = specs
         self.steps: list = []
         self.glb: dict[str, Any] = {"torch": torch, "math": math}  # math: sign-aware float pins (floats.same)
+        self._names: dict[int, str] = {}  # id(value) -> the first name of glb holding it (values live in glb)
+        self._indexed = 0  # how many of glb's items _names has seen (glb only grows: new names come last)
 
     def name(self, value: Any, hint: str) -> str:
         """A global holding `value` (types, dtypes, constants), named after `hint` where that is free."""
-        for k, v in self.glb.items():
-            if v is value:
-                return k
+        glb = self.glb
+        if len(glb) != self._indexed:
+            for k, v in itertools.islice(glb.items(), self._indexed, None):
+                self._names.setdefault(id(v), k)
+            self._indexed = len(glb)
+        known = self._names.get(id(value))
+        if known is not None and glb.get(known) is value:  # (else a name given another value since: a new name)
+            return known
         key = f"_{hint}"
-        while key in self.glb:
-            key = f"_{hint}{len(self.glb)}"
-        self.glb[key] = value
+        while key in glb:
+            key = f"_{hint}{len(glb)}"
+        glb[key] = value
         return key
 
     def check(
