@@ -134,17 +134,27 @@ def _hf_class_for(model_type: str) -> tuple[str, str] | None:
     return None
 
 
-def _hf_build(model_type: str, class_name: str) -> Callable[[], torch.nn.Module]:
+def _hf_build(model_type: str, class_name: str, **extra: Any) -> Callable[[], torch.nn.Module]:
+    """The builder of `class_name` from `model_type`'s tiny config (`extra`: more config fields)."""
+
     def build() -> torch.nn.Module:
         import transformers  # lazy: transformers is optional
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
         config_cls = CONFIG_MAPPING[model_type]
-        config = config_cls(**tiny_overrides(config_cls))
+        config = config_cls(**{**tiny_overrides(config_cls), **extra})
         torch.manual_seed(0)
         return getattr(transformers, class_name)(config).eval()
 
     return build
+
+
+def hf_model(model_type: str, **extra: Any) -> torch.nn.Module:
+    """One transformers family's model (causal LM where it has one) from its tiny config, in eval mode."""
+    found = _hf_class_for(model_type)
+    if found is None:
+        raise KeyError(f"no model class for {model_type!r}")
+    return _hf_build(model_type, found[1], **extra)()
 
 
 def hf_cases(quick: bool) -> dict[str, Case]:
