@@ -58,12 +58,17 @@ class GenRow:
     first_s: float = 0.0
     error: str = ""
     guard: str = ""  # the recompile reason after the second compile, if any
+    last_guards: tuple = ()  # the newest entry's guards
 
 
-def run_family(name: str, new: int, series: tuple = SERIES) -> GenRow:
+def run_family(name: str, new: int, series: tuple = SERIES, layers: int = 2) -> GenRow:
     """The series of generations of one family, compiled and eager; compiles, equal tokens, recompile reasons."""
     row = GenRow(name)
-    model, eager = (model_sweep.hf_model(name, **OVERRIDES.get(name, {})) for _ in range(2))
+    try:
+        model, eager = (model_sweep.hf_model(name, layers, **OVERRIDES.get(name, {})) for _ in range(2))
+    except Exception as e:  # noqa: BLE001 - not buildable from a tiny config
+        row.error = "build: " + model_sweep.root_cause(e)
+        return row
     vocab = model.config.vocab_size
     model.forward = cfn = specengine.compile(model.forward, dynamic=True)
     with torch.no_grad():
@@ -80,13 +85,15 @@ def run_family(name: str, new: int, series: tuple = SERIES) -> GenRow:
             row.error = model_sweep.root_cause(e)
     row.compiles = specengine.cache_misses(cfn)
     reasons = specengine.recompile_reasons(cfn)
+    row.last_guards = tuple(str(g) for g in specengine.cache_entries(cfn)[-1].guards) if row.compiles else ()
     row.guard = " / ".join(short(r) for r in reasons[1:3])  # the first reason is the decode entry's (prefill's fails)
     return row
 
 
 def short(reason: str) -> str:
-    """A recompile reason on one line, without tensor values."""
-    return re.sub(r"tensor\(.*", "<tensor>", " ".join(reason.split()))[:300]
+    """The newest entry's failed guard in a recompile reason (its last line: one line per entry tried), without
+    tensor values."""
+    return re.sub(r"tensor\(.*", "<tensor>", reason.strip().splitlines()[-1])[:300]
 
 
 def render(row: GenRow) -> str:

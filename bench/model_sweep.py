@@ -58,18 +58,25 @@ _SHRINK: list[tuple[str, int]] = [
     (r"^d_state$|^state_size$|^ssm_state_size$", 16),
     (r"^num_buckets$|^relative_attention_num_buckets$", 8),
     (r"^attention_window$|^sliding_window$|^window_size$", 8),
+    (r"^rotary_dim$", 8),
 ]
+# fields that must agree with the layer count, which no name rule can shrink
+_PER_LAYER: dict[str, Callable[[int], dict]] = {
+    "gpt_neo": lambda n: {"attention_types": [[["global", "local"], n // 2]] if n % 2 == 0 else [[["global"], n]]},
+}
 
 
-def tiny_overrides(config_cls: Any) -> dict[str, Any]:
+def tiny_overrides(config_cls: Any, layers: int = 2) -> dict[str, Any]:
     """Keyword arguments that shrink `config_cls`'s defaults: each int field whose name matches a `_SHRINK` rule and
-    whose default is larger takes the rule's value; token ids at or past the new vocabulary become small ids."""
+    whose default is larger takes the rule's value (`layers` for the layer counts); token ids at or past the new
+    vocabulary become small ids."""
     defaults = config_cls().to_dict()
     out: dict[str, Any] = {}
     for key, value in defaults.items():
         if isinstance(value, bool) or not isinstance(value, int):
             continue
-        for pattern, small in _SHRINK:
+        for i, (pattern, small) in enumerate(_SHRINK):
+            small = layers if i == 0 else small
             if re.search(pattern, key):
                 if value > small:
                     out[key] = small
@@ -81,7 +88,7 @@ def tiny_overrides(config_cls: Any) -> dict[str, Any]:
                 out[key] = 1 if "pad" not in key else 0
     if "hidden_size" in out and "head_dim" in defaults and defaults["head_dim"] is None:
         out["head_dim"] = 16
-    return out
+    return out | _PER_LAYER.get(getattr(config_cls, "model_type", ""), lambda n: {})(layers)
 
 
 @dataclass
@@ -134,7 +141,7 @@ def _hf_class_for(model_type: str) -> tuple[str, str] | None:
     return None
 
 
-def _hf_build(model_type: str, class_name: str, **extra: Any) -> Callable[[], torch.nn.Module]:
+def _hf_build(model_type: str, class_name: str, layers: int = 2, **extra: Any) -> Callable[[], torch.nn.Module]:
     """The builder of `class_name` from `model_type`'s tiny config (`extra`: more config fields)."""
 
     def build() -> torch.nn.Module:
@@ -142,19 +149,19 @@ def _hf_build(model_type: str, class_name: str, **extra: Any) -> Callable[[], to
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
         config_cls = CONFIG_MAPPING[model_type]
-        config = config_cls(**{**tiny_overrides(config_cls), **extra})
+        config = config_cls(**{**tiny_overrides(config_cls, layers), **extra})
         torch.manual_seed(0)
         return getattr(transformers, class_name)(config).eval()
 
     return build
 
 
-def hf_model(model_type: str, **extra: Any) -> torch.nn.Module:
+def hf_model(model_type: str, layers: int = 2, **extra: Any) -> torch.nn.Module:
     """One transformers family's model (causal LM where it has one) from its tiny config, in eval mode."""
     found = _hf_class_for(model_type)
     if found is None:
         raise KeyError(f"no model class for {model_type!r}")
-    return _hf_build(model_type, found[1], **extra)()
+    return _hf_build(model_type, found[1], layers, **extra)()
 
 
 def hf_cases(quick: bool) -> dict[str, Case]:
