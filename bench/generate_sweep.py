@@ -18,7 +18,6 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
