@@ -90,9 +90,13 @@ def run_family(name: str, new: int, series: tuple = SERIES, layers: int = 2) -> 
 
 
 def short(reason: str) -> str:
-    """The newest entry's failed guard in a recompile reason (its last line: one line per entry tried), without
-    tensor values."""
-    return re.sub(r"tensor\(.*", "<tensor>", reason.strip().splitlines()[-1])[:300]
+    """A recompile reason without the prefill entry's failures (a cache layer's attributes, the call's keywords,
+    `state is None`) and without tensor values: the decode entry's failed guard."""
+    text = re.sub(r"tensor\(\[.*?\]\)\]?", "<tensor>", " ".join(reason.split()))
+    text = re.sub(r"the attributes of .*? failed: list\(vars\(.*?\)\) = \[.*?\]", "", text)
+    text = re.sub(r"list\(kwargs\) == .*? failed: list\(kwargs\) = \[.*?\]", "", text)
+    text = re.sub(r"\S+ is None failed: \S+ = (\[<tensor>, )*<tensor>\]?", "", text)
+    return " ".join(text.split())[:300]
 
 
 def render(row: GenRow) -> str:
