@@ -255,7 +255,8 @@ def getitem(a: TensorProxy, key: Any) -> TensorProxy:
                 raise ValueError("step must be greater than zero")
             start = _clamp_bound(k.start, n, E.const(0))
             starts.append(start)
-            ends.append(E.maximum(_clamp_bound(k.stop, n, n), start))
+            stop = _clamp_bound(k.stop, n, n)  # in [0, n]: an end no less than a start of 0 needs no max
+            ends.append(stop if start is E.const(0) else E.maximum(stop, start))
             steps.append(step)
             out_pos += 1
         else:

@@ -102,7 +102,8 @@ def broadcast_pair(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
     if x.is_const or y.is_const:
         return x if x.is_const else y  # a size other than 1 is the result wherever the pair is valid
     decider = context.require().decider
-    for known, result in ((E.eq(x, y), x), (E.ne(x, 1), x), (E.ne(y, 1), y)):
+    # a decision already implied (a size pinned to 1, as a module buffer's is) needs neither an `if` nor a guard
+    for known, result in ((E.eq(x, y), x), (E.ne(x, 1), x), (E.ne(y, 1), y), (E.eq(x, 1), y), (E.eq(y, 1), x)):
         if (unbacked or known.eval(decider.hints)) and decider.implied(known, True):
             return result  # already decided: the broadcast needs no `if`
     if max(if_depth(x), if_depth(y)) >= _MAX_IF_DEPTH:

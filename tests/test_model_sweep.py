@@ -1,0 +1,76 @@
+"""A subset of bench/model_sweep.py in CI: transformers families from tiny configs (1 layer), run through the sweep's
+own code (`model_sweep.sweep_engine`), equal to eager, one compile each over batch sizes 2, 1, 3 and three lengths.
+
+Skipped when transformers is not installed (it is in the `test` extra).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("transformers")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+
+import generate_sweep  # noqa: E402 - bench/generate_sweep.py
+import model_sweep  # noqa: E402 - bench/model_sweep.py
+
+import specengine  # noqa: E402
+
+# decoders (a mixture of experts, a sliding window, parallel attention, ALiBi), encoders, an encoder-decoder
+FAMILIES = ("llama", "gpt2", "mistral", "qwen2_moe", "gemma", "phi", "opt", "bloom", "falcon", "roberta", "electra",
+            "bart")  # fmt: skip
+SHAPES = [(2, 5), (1, 8), (3, 6)]  # batch 1 after batch 2 is served by the same entry; decoder lengths 2, 4, 3
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_family_compiles_once_equal_to_eager(name):
+    case = model_sweep.hf_cases(quick=True)[name]
+    case.build = lambda: model_sweep.hf_model(name, layers=1)
+    case.shapes = SHAPES
+    model = case.build()
+    with torch.no_grad():
+        refs = [model(**case.inputs(model, b, t)) for b, t in SHAPES]
+        cfn = specengine.compile(model, dynamic=True)
+        run = model_sweep.sweep_engine(cfn, case, model, refs, lambda: specengine.cache_misses(cfn))
+    assert run.error == "" and run.works
+    assert run.wrong == 0
+    assert (specengine.cache_misses(cfn), specengine.cache_hits(cfn)) == (1, len(SHAPES) - 1)
+
+
+def test_tiny_overrides_shrink_by_name():
+    from transformers import LlamaConfig
+
+    kw = model_sweep.tiny_overrides(LlamaConfig, layers=1)
+    assert kw["num_hidden_layers"] == 1 and kw["hidden_size"] == 64 and kw["vocab_size"] == model_sweep.VOCAB
+    assert all(v < model_sweep.VOCAB for k, v in kw.items() if k.endswith("_token_id"))
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2_moe", "starcoder2"])
+def test_generations_compile_twice_equal_to_eager(name):
+    """Generations of batch 2, 1 and 3, greedy and sampling, prompts of 5, 7, 4 (left-padded: one call pattern):
+    prefill and decode, 2 compiles in all (Llama's batch 1 after 2 was a third: a guard from a slice's max(n, 0)).
+    Starcoder2 (window 8) decodes before and after its window fills: its cache branches on the Python ints
+    (`is_full = self.cumulative_length >= self.sliding_window`, cache_utils.py), so a third entry is the optimum."""
+    series = ((2, 5, False), (1, 7, True), (3, 4, False))
+    row = generate_sweep.run_family(name, new=4, series=series, layers=1)
+    assert row.error == ""
+    assert (row.equal, row.generations) == (3, 3)
+    if name != "starcoder2":
+        assert row.compiles == 2
+        return
+    assert row.compiles == 3
+    full = "kwargs['cache'].layers[0].cumulative_length >= kwargs['cache'].layers[0].sliding_window"
+    assert full in row.last_guards
