@@ -252,7 +252,7 @@ def _run_meta(func: Callable, name: str, margs: tuple, mkwargs: dict, mode: _Met
     for python_dispatcher in (True, False):
         try:
             with K.running_op(name), torch._C.DisableTorchFunction(), _dispatcher(python_dispatcher), mode:
-                return func(*margs, **mkwargs)
+                return K.defaults_first(lambda: func(*margs, **mkwargs))
         except UnsupportedOpError:
             raise
         except SE.DataDependentError as e:
