@@ -30,7 +30,7 @@ from typing import Any, Iterator
 
 import torch
 
-from specengine.capture import effect_strings
+from specengine.capture import effect_strings, higher_order
 from specengine.constraints import expr as E
 from specengine.ir import context
 from specengine.ir.proxies import NumberProxy, TensorProxy
@@ -106,7 +106,7 @@ def _sdpa(*args: Any, **kwargs: Any) -> Any:
 
 _SWAPS = Patches()
 _PATCHES = ((torch, "_check_with", _check_with), (torch, "_assert", _assert), (torch, "_check_tensor_all_with", _check_tensor_all_with),
-            (torch.nn.functional, "scaled_dot_product_attention", _sdpa))  # fmt: skip
+            (torch.nn.functional, "scaled_dot_product_attention", _sdpa), *higher_order.PATCHES)  # fmt: skip
 
 
 @contextmanager
