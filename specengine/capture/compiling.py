@@ -12,6 +12,10 @@ instead of branching on `padding_mask.all()`, and states its checks as `torch._c
 - `torch._check_tensor_all(t)` / `torch._assert_async(t)` on a traced tensor: a data-dependent assertion. It is
   recorded in the computation (`prims.assert_all`) and runs on every call, raising eager's error type.
 
+A check's message that formats sizes (`torch._assert(cond, f"... got {x.shape}")`, `torch._check(cond, f"...")`) is
+read only where the check fails: its sizes stay symbolic (capture/effect_strings.py), and it is rendered from the
+example's values only for the error the failing check raises.
+
 `F.scaled_dot_product_attention` also gets a thin wrapper: its `is_causal` may arrive as a symbolic bool
 (`q_len > 1 and mask is None` returns its first operand), which torch's argument parser refuses before any
 torch-function mode sees the call; the wrapper decides it, like a branch.
@@ -20,11 +24,13 @@ torch-function mode sees the call; the wrapper decides it, like a branch.
 from __future__ import annotations
 
 import builtins
+import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 import torch
 
+from specengine.capture import effect_strings, higher_order
 from specengine.constraints import expr as E
 from specengine.ir import context
 from specengine.ir.proxies import NumberProxy, TensorProxy
@@ -41,8 +47,28 @@ def _message(message: Any, default: str) -> str:
         return default
 
 
+def _lazy_message(message: Any, caller: Any) -> Any:
+    """A check's message holding placeholders of symbolic values (capture/effect_strings.py), rendered from the
+    example's values: it is read only where the check fails (then this call raises, and is not compiled)."""
+    if not isinstance(message, str) or context.current() is None:
+        return message
+    found = effect_strings.template(message, caller)
+    return message if found is None else effect_strings.hint_text(*found)
+
+
+def _assert(condition: Any, message: Any) -> None:
+    """`torch._assert`: eager's, with a message that formats sizes left unformatted unless the assertion fails."""
+    message = _lazy_message(message, sys._getframe(1))
+    if context.current() is None or isinstance(condition, TensorProxy):
+        return original(torch, "_assert")(condition, message)
+    if __debug__ and not condition:  # (eager's `assert condition, message`: a branch, decided with a guard)
+        raise AssertionError(message)
+    return None
+
+
 def _check_with(error_type: type, cond: Any, message: Any = None) -> None:
     state = context.current()
+    message = _lazy_message(message, sys._getframe(2))  # (called by torch._check and its kin)
     if state is not None and callable(cond) and not isinstance(cond, (bool, torch.SymBool)):
         cond = cond()
     if state is None or not isinstance(cond, NumberProxy):
@@ -52,7 +78,7 @@ def _check_with(error_type: type, cond: Any, message: Any = None) -> None:
         state.check(b, "torch._check", message if isinstance(message, str) else None)
         return None
     if not state.decide(b, "torch._check", "a checked fact"):
-        raise error_type(_message(message, "Expected cond to be True, but got False"))
+        return original(torch, "_check_with")(error_type, False, message)  # eager's error (and message)
     return None
 
 
@@ -79,8 +105,8 @@ def _sdpa(*args: Any, **kwargs: Any) -> Any:
 
 
 _SWAPS = Patches()
-_PATCHES = ((torch, "_check_with", _check_with), (torch, "_check_tensor_all_with", _check_tensor_all_with),
-            (torch.nn.functional, "scaled_dot_product_attention", _sdpa))  # fmt: skip
+_PATCHES = ((torch, "_check_with", _check_with), (torch, "_assert", _assert), (torch, "_check_tensor_all_with", _check_tensor_all_with),
+            (torch.nn.functional, "scaled_dot_product_attention", _sdpa), *higher_order.PATCHES)  # fmt: skip
 
 
 @contextmanager

@@ -13,6 +13,13 @@ Every other fate of a token (the call was not an effect, the string was kept, co
 effect some other way) leaves it unconsumed when the trace ends, or is caught at the effect: then the trace is
 thrown away (it may have decided things on the token's text) and run again with that f-string site pinned as
 before (`Retrace`, caught by the compile pipeline; `PINNED` keeps the site pinned for every later compile).
+
+Checks take the same path (issue 25): a message built for `torch._assert(cond, f"... got {x.shape}")` or
+`torch._check(cond, "...")` is only read when the check fails, so formatting it must pin nothing. In a statement
+that names a check (`_assert`, `_check*`), in the program's or a library's code, a number or a shape formatted by
+an f-string, `%s`, `.format`, `str()` or `repr()` and passed straight (joined by the f-string, `+` or `%`) to the
+call is a placeholder; the check (capture/compiling.py) takes the tokens and, only where it fails, raises eager's
+error with the message rendered from the example's values (that call is then not compiled).
 """
 
 from __future__ import annotations
@@ -27,14 +34,19 @@ from dataclasses import dataclass, field
 
 from specengine.capture import library
 from specengine.errors import SpecEngineError
-from specengine.ir.proxies import NumberProxy
+from specengine.ir.proxies import NumberProxy, SymSize
 from specengine.provenance import _is_internal
 
 _real_format = NumberProxy.__format__
+_real_str = NumberProxy.__str__
+_real_repr = NumberProxy.__repr__
+_real_size_format = SymSize.__format__
+_real_size_repr = SymSize.__repr__
 _TOKEN = re.compile("\uf8f0(\\d+)\uf8f1")
 PINNED: set[tuple[types.CodeType, int]] = set()  # f-string sites formatted as constants (pinned)
 _local = threading.local()  # .stack: the tokens of each active trace on this thread
 _consumers: dict[tuple[types.CodeType, int], tuple | None] = {}
+EFFECT, CHECK = "effect", "check"  # what the call taking a formatted string is (see `_statement_kind`)
 
 
 def program_code(filename: str) -> bool:
@@ -54,6 +66,7 @@ class _Token:
     frame: types.FrameType
     call: tuple[int, int]  # the offsets of the call that must receive the string (its caches included)
     site: tuple
+    kind: str = EFFECT
     consumed: bool = False
 
 
@@ -87,9 +100,11 @@ def _pops(ins: dis.Instruction) -> int | None:
     return _POPS.get(ins.opname)
 
 
-def consumer(code: types.CodeType, offset: int) -> tuple[int, int] | None:
-    """The offsets (from, to) of the call that takes, as an argument, the f-string that the piece formatted at
-    `offset` is (joined into), with nothing else using it in between; None where it goes anywhere else."""
+def consumer(code: types.CodeType, offset: int) -> tuple[int, int, str] | None:
+    """The offsets (from, to) of the call that takes, as an argument, the string that the instruction at `offset`
+    formats a value into (an f-string piece, `%`, a `str()`/`.format()` call), with nothing but joins (the
+    f-string's BUILD_STRING, `+`, `%`) on it in between, and what that call is (EFFECT or CHECK); None where the
+    string goes anywhere else."""
     key = (code, offset)
     if key not in _consumers:
         _consumers[key] = _find_consumer(list(dis.get_instructions(code)), offset)
@@ -97,43 +112,68 @@ def consumer(code: types.CodeType, offset: int) -> tuple[int, int] | None:
 
 
 _EFFECT_NAMES = frozenset(("print", "warn", "debug", "info", "warning", "error", "critical", "fatal", "log"))
+_CHECK_NAMES = frozenset(("_assert", "_check", "_check_with", "_check_index", "_check_value", "_check_type",
+                          "_check_not_implemented"))  # fmt: skip
 _STATEMENT_ENDS = ("POP_TOP", "STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_ATTR", "STORE_SUBSCR",
                    "STORE_DEREF", "RETURN_VALUE", "RESUME")  # fmt: skip
+_NB_ADD, _NB_REMAINDER = 0, 6  # BINARY_OP's `+` and `%`: a string joined stays a string holding the tokens
 
 
-def _names_an_effect(instructions: list, start: int) -> bool:
-    """Whether the statement holding the f-string names an effect (`print`, `.warn`, `.info`, ...) before it: a
-    filter, so that a string given to another call (`int(f"{n}")`) is formatted as a constant without a retrace."""
+def _statement_kind(instructions: list, start: int) -> str | None:
+    """EFFECT or CHECK where the statement holding the formatting names an effect (`print`, `.warn`, `.info`, ...)
+    or a check (`torch._assert`, `torch._check`) before it: a filter, so that a string given to another call
+    (`int(f"{n}")`) is formatted as a constant without a retrace."""
     for ins in reversed(instructions[max(0, start - 64) : start]):
         if ins.opname in _STATEMENT_ENDS:
-            return False
-        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_METHOD", "LOAD_ATTR") and ins.argval in _EFFECT_NAMES:
-            return True
-    return False
+            return None
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_METHOD", "LOAD_ATTR"):
+            if ins.argval in _EFFECT_NAMES:
+                return EFFECT
+            if ins.argval in _CHECK_NAMES:
+                return CHECK
+    return None
 
 
-def _find_consumer(instructions: list, offset: int) -> tuple[int, int] | None:
+def _formats(ins: dis.Instruction) -> bool:
+    """Whether the instruction may format a value into a string: an f-string piece, `%`, or a call."""
+    return (
+        ins.opname.startswith("FORMAT")
+        or ins.opname in ("CALL", "PRECALL", "CALL_KW", "CALL_FUNCTION_EX")
+        or (ins.opname == "BINARY_OP" and ins.arg == _NB_REMAINDER)
+    )
+
+
+def _joins(ins: dis.Instruction) -> bool:
+    return ins.opname == "BUILD_STRING" or (ins.opname == "BINARY_OP" and ins.arg in (_NB_ADD, _NB_REMAINDER))
+
+
+def _find_consumer(instructions: list, offset: int) -> tuple[int, int, str] | None:
     start = next((i for i, ins in enumerate(instructions) if ins.offset == offset), None)
-    if start is None or not instructions[start].opname.startswith("FORMAT"):
+    if start is None or not _formats(instructions[start]):
         return None
-    if not _names_an_effect(instructions, start):
+    kind = _statement_kind(instructions, start)
+    if kind is None:
         return None
     depth = 0  # how many items lie above the tracked value
-    for i in range(start + 1, len(instructions)):
+    i = start
+    while (i := i + 1) < len(instructions):
         ins = instructions[i]
         if ins.opname in ("PRECALL", "CALL"):
-            if depth >= ins.arg:
-                return None  # the piece itself, or the callable
             at = next((j for j in range(i, len(instructions)) if instructions[j].opname == "CALL"), None)
             if at is None:
                 return None
+            if depth >= ins.arg + 2:  # a call on values above the tracked one (`+ str(n)`): it stays where it is
+                depth, i = depth - ins.arg - 1, at
+                continue
+            if depth >= ins.arg:
+                return None  # the piece itself, or the callable
             end = instructions[at + 1].offset if at + 1 < len(instructions) else instructions[at].offset + 2
-            return instructions[at].offset, end
+            return instructions[at].offset, end, kind
         pops = _pops(ins)
         if pops is None or ins.is_jump_target:
             return None
         if depth < pops:
-            if ins.opname != "BUILD_STRING":
+            if not _joins(ins):
                 return None
             depth = 0
             continue
@@ -141,17 +181,55 @@ def _find_consumer(instructions: list, offset: int) -> tuple[int, int] | None:
     return None
 
 
-def _format(self: NumberProxy, spec: str) -> str:
+def _token(value: NumberProxy, spec: str, frame: types.FrameType) -> str | None:
+    """A placeholder for `format(value, spec)` formatted by `frame`'s current instruction, or None (format it)."""
     stack = getattr(_local, "stack", None)
-    frame = sys._getframe(1)
-    if not stack or not program_code(frame.f_code.co_filename) or (frame.f_code, frame.f_lasti) in PINNED:
-        return _real_format(self, spec)
+    if not stack or _is_internal(frame.f_code.co_filename) or (frame.f_code, frame.f_lasti) in PINNED:
+        return None
     call = consumer(frame.f_code, frame.f_lasti)
-    if call is None:
-        return _real_format(self, spec)
+    if call is None or (call[2] == EFFECT and not program_code(frame.f_code.co_filename)):
+        return None
     tokens = stack[-1].tokens
-    tokens.append(_Token(self, spec, frame, call, (frame.f_code, frame.f_lasti)))
+    tokens.append(_Token(value, spec, frame, call[:2], (frame.f_code, frame.f_lasti), kind=call[2]))
     return f"\uf8f0{len(tokens) - 1}\uf8f1"
+
+
+def _format(self: NumberProxy, spec: str) -> str:
+    token = _token(self, spec, sys._getframe(1))
+    return _real_format(self, spec) if token is None else token
+
+
+def _str(self: NumberProxy) -> str:
+    token = _token(self, "", sys._getframe(1))
+    return _real_str(self) if token is None else token
+
+
+def _repr(self: NumberProxy) -> str:
+    token = _token(self, "", sys._getframe(1))
+    return _real_repr(self) if token is None else token
+
+
+def _size_text(size: SymSize, frame: types.FrameType) -> str | None:
+    """`torch.Size([...])` with a placeholder per symbolic size, or None (format it, pinning its sizes)."""
+    if not any(isinstance(d, NumberProxy) for d in size):
+        return None
+    parts = []
+    for d in size:
+        token = _token(d, "", frame) if isinstance(d, NumberProxy) else repr(d)
+        if token is None:
+            return None
+        parts.append(token)
+    return f"torch.Size([{', '.join(parts)}])"
+
+
+def _size_format(self: SymSize, spec: str) -> str:
+    text = _size_text(self, sys._getframe(1)) if not spec else None
+    return _real_size_format(self, spec) if text is None else text
+
+
+def _size_repr(self: SymSize) -> str:
+    text = _size_text(self, sys._getframe(1))
+    return _real_size_repr(self) if text is None else text
 
 
 def template(text: str, caller: types.FrameType | None) -> tuple[list, list] | None:
@@ -209,4 +287,11 @@ def _retrace(tokens: list) -> None:
     raise Retrace("a symbolic f-string reached something other than an effect; traced again with it pinned")
 
 
-NumberProxy.__format__ = _format  # (the original where no trace of this thread collects tokens)
+def hint_text(pieces: list, values: list) -> str:
+    """The string of a template with the example's values (a check's message, read only where the check fails)."""
+    return render(pieces, tuple(v.hint for v in values))
+
+
+# (the originals where no trace of this thread collects tokens)
+NumberProxy.__format__, NumberProxy.__str__, NumberProxy.__repr__ = _format, _str, _repr
+SymSize.__format__, SymSize.__repr__, SymSize.__str__ = _size_format, _size_repr, _size_repr

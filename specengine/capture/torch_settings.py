@@ -192,8 +192,15 @@ library.AROUND_IMPORTS.append(_around_import)
 
 
 def _same(a: tuple, b: tuple) -> bool:
-    return (a[0] == b[0] and torch.equal(a[1], b[1]) and a[2] == b[2] and _same_states(a[3], b[3])
+    return (a[0] == b[0] and _equal(a[1], b[1]) and a[2] == b[2] and _same_states(a[3], b[3])
             and _same_host_states(a[4], b[4]))  # fmt: skip
+
+
+def _equal(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """torch.equal of two generator states, outside any dispatch mode (an import inside a kernel's meta run, as z3's
+    first import, compares them while the meta mode is active: aten.equal was then refused as data-dependent)."""
+    with torch.utils._python_dispatch._disable_current_modes():
+        return torch.equal(x, y)
 
 
 def check_unchanged(before: tuple, state: Any, site: str) -> None:
@@ -264,4 +271,4 @@ def _cuda_rng() -> list | None:
 
 
 def _same_states(a: list | None, b: list | None) -> bool:
-    return (a is None) == (b is None) and (a is None or all(torch.equal(x, y) for x, y in zip(a, b)))
+    return (a is None) == (b is None) and (a is None or all(_equal(x, y) for x, y in zip(a, b)))

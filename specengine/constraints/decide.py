@@ -78,6 +78,20 @@ class Decider:
         self.decide(E.eq(e, value), provenance)
         return value
 
+    def checkpoint(self) -> tuple:
+        """What `restore` needs to forget every decision recorded after now."""
+        u = self.unbacked
+        return (len(self.constraints), len(self.float_constraints), dict(self._memo), dict(self._subst),
+                set(self._constrained), dict(self._proved), len(u.facts), len(u.assumptions))  # fmt: skip
+
+    def restore(self, saved: tuple) -> None:
+        """Forget the decisions recorded since `saved` (a kernel's attempt that is run again another way)."""
+        n, nf, self._memo, self._subst, self._constrained, self._proved, facts, assumptions = saved
+        if len(self.constraints) != n:
+            self._solver = None  # (rebuilt from the constraints kept)
+        del self.constraints[n:], self.float_constraints[nf:]
+        del self.unbacked.facts[facts:], self.unbacked.assumptions[assumptions:]
+
     def record(self, b: E.Expr, provenance: Provenance) -> None:
         if self.unbacked.mentions(b):  # by construction: a guard can only read what the prologue knows
             raise SpecEngineError(f"internal error: a guard on a data-dependent symbol: {b} ({provenance})")

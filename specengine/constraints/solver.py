@@ -161,6 +161,9 @@ class Solver:
         rest = self._substituted(rep, pinned)
         implicit = self._implicit_pins(rest, pinned)
         if implicit:
+            for s in implicit:  # named by the last decision that mentions it (the one that left it one value)
+                eq_prov.setdefault(s, next((c.provenance for c in reversed(rest) if s in c.expr.free_symbols()),
+                                           Provenance("<solver>", 0)))  # fmt: skip
             pinned.update(implicit)
             pinned.update({s: pinned[r] for s, r in rep.items() if r in pinned})  # a pinned class pins its members
             rest = self._substituted(rep, pinned)

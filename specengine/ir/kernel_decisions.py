@@ -101,15 +101,57 @@ def _in_layout_function(kind: str) -> bool:
     return False
 
 
+class _Attempt:
+    """One run of a kernel: whether it may answer guard_or_* with the default against the hint, and the state
+    before the first such answer (to run the kernel again deciding by the hints, should that path fail)."""
+
+    def __init__(self, defaults: bool):
+        self.defaults = defaults
+        self.saved: tuple | None = None
+
+
+_attempts: list[_Attempt] = []
+
+
+def defaults_first(run: Any) -> Any:
+    """`run()` (a kernel on our SymInts) answering each guard_or_false/true by its default, the general path that
+    holds for every size (torch's contract for unbacked sizes: it states what it needs with torch._check): a size
+    of 1 or 0 then gets no guard where the answer does not change the result (the `== 1` tests of a broadcast in
+    batch_norm's reference). Where that path fails on the example (a check it makes does not hold), the decisions
+    it recorded are forgotten and the kernel runs again answering by the hints, each recorded as a guard."""
+    attempt = _Attempt(defaults=True)
+    _attempts.append(attempt)
+    try:
+        return run()
+    except Exception:
+        if attempt.saved is None:
+            raise
+    finally:
+        _attempts.pop()
+    s = state()
+    s.decider.restore(attempt.saved[0])
+    del s.pending[attempt.saved[1] :]
+    _attempts.append(_Attempt(defaults=False))
+    try:
+        return run()
+    finally:
+        _attempts.pop()
+
+
 def decide_or(b: E.Expr, default: bool) -> bool:
     """torch's guard_or_false/true: `default` is always a safe answer (the kernel's general path, which checks what
-    it needs with torch._check), so it is given unrecorded unless the hint or the constraints say otherwise."""
+    it needs with torch._check), so it is given unrecorded unless the hint or the constraints say otherwise; inside
+    `defaults_first`, against the hint too (then the path is checked by running it)."""
     if b.op == "bconst":
         return b.value
     if state().decider.unbacked.mentions(b):  # data-dependent: what the facts prove, else the safe default
         proved = state().decider.prove(b)
         return default if proved is None else proved
     if bool(hint(b)) == default:
+        return default
+    if _attempts and _attempts[-1].defaults and state().decider.implied(b, not default) is False:
+        if _attempts[-1].saved is None:
+            _attempts[-1].saved = (state().decider.checkpoint(), len(state().pending))
         return default
     return decide(b, f"guard_or_{str(default).lower()}")
 

@@ -21,6 +21,7 @@ stand-in is contiguous, so nothing downstream reads the meta kernel's layout.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from typing import Any, Callable
 
@@ -238,6 +239,29 @@ def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
     return context.require().record(_symbol(func, name, pure, unbacked), args, kwargs)
 
 
+_opaque_names = itertools.count()
+
+
+def opaque_call(name: str, run: Callable, meta: Callable, args: tuple) -> Any:
+    """One op of the trace that calls `run(*args)` at run time (a higher-order op, a torch.func transform: see
+    capture/higher_order.py); the sizes of its outputs are those of `meta(*args)` run on meta stand-ins through
+    torch's kernels, each decision they take a constraint, as on the generic path."""
+    stand_ins = _Stand_ins()
+    margs = pytree.tree_map(stand_ins.convert, args)
+    mode = _MetaMode()
+    device = mode.device = stand_ins.devices[0] if stand_ins.devices else torch.device("cpu")
+    before = fake_rules.symbols_before()
+    with context.require().deferred():
+        out = _run_meta(meta, name, margs, {}, mode)
+    result = _outputs(name, out, stand_ins, device, True)
+    unbacked = fake_rules.bind_new_symbols(name, result, before)
+    _pending.append(result)
+    module, _, short = name.rpartition(".")
+    tags = frozenset({"generic", "unbacked"} if unbacked else {"generic"})
+    sym = Symbol(f"{short}_{next(_opaque_names)}", module, meta=lambda *a: _pending.pop(), impl=run, tags=tags)
+    return context.require().record(sym, args, {})
+
+
 def _check_printable(name: str, tree: Any) -> None:
     try:
         format_value(tree)
@@ -252,7 +276,7 @@ def _run_meta(func: Callable, name: str, margs: tuple, mkwargs: dict, mode: _Met
     for python_dispatcher in (True, False):
         try:
             with K.running_op(name), torch._C.DisableTorchFunction(), _dispatcher(python_dispatcher), mode:
-                return func(*margs, **mkwargs)
+                return K.defaults_first(lambda: func(*margs, **mkwargs))
         except UnsupportedOpError:
             raise
         except SE.DataDependentError as e:

@@ -14,8 +14,10 @@ from typing import Any
 
 import torch
 
+from specengine.errors import UnsupportedOpError
 from specengine.ir import context
 from specengine.ir.proxies import TensorProxy, unsupported
+from specengine.ops.generic import generic_method
 
 _FORMATS = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
 
@@ -58,7 +60,21 @@ def is_contiguous(self: TensorProxy, memory_format: Any = torch.contiguous_forma
     return value
 
 
+def stride(self: TensorProxy, dim: Any = None) -> Any:
+    """The generic path's answer where it has one (constant strides); else refused: traced tensors carry no symbolic
+    strides (each op's real kernel decides its layout at run time)."""
+    try:
+        return generic_method("stride").__get__(self)(*(() if dim is None else (dim,)))
+    except UnsupportedOpError:
+        pass
+    raise unsupported("Tensor.stride", "strides of traced tensors are not modelled (the real op decides the layout "
+                      "at run time), so as_strided windows cannot be built from them: use x.unfold(dim, size, step) "
+                      "for overlapping windows (transformers' Longformer: set config.onnx_export = True), or "
+                      "compute the strides outside the compiled function")  # fmt: skip
+
+
 TensorProxy.layout = property(_layout)
+TensorProxy.stride = stride
 # static facts: such inputs are refused when a call is described, and the prologue checks the layout
 for _flag in ("is_nested", "is_sparse", "is_sparse_csr", "is_quantized", "is_mkldnn"):
     setattr(TensorProxy, _flag, property(lambda self: False))

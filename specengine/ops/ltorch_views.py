@@ -27,6 +27,10 @@ def _numel(dims: tuple) -> E.Expr:
 def _size_exprs(sizes: tuple, op: str) -> list[E.Expr]:
     out = []
     for s in sizes:
+        if isinstance(s, TensorProxy) and s.ndim == 0 and not s.dtype.is_floating_point:
+            raise unsupported(f"{op}() with a tensor as a size", "its value is tensor data (eager reads it with "
+                              "int()); compute the size with Python numbers (`a // b` for torch.div(a, b, "
+                              "rounding_mode='trunc'))")  # fmt: skip
         if not isinstance(s, (int, NumberProxy)) or isinstance(s, bool):
             raise TypeError(f"{op}(): argument 'size' must be tuple of ints, but found element of type "
                             f"{type(s).__name__}")  # fmt: skip

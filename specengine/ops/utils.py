@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from specengine.constraints import expr as E
-from specengine.constraints.folding import if_depth
+from specengine.constraints.folding import if_depth, simplify
 from specengine.ir import context
 from specengine.ir.proxies import NumberProxy, TensorProxy, value_expr
 from specengine.ops import prims
@@ -86,6 +86,11 @@ def broadcast_pair(x: E.Expr, y: E.Expr, index: int) -> E.Expr:
         return x
     if x.is_const and x.value == 1:
         return y
+    if x.op in ("if", "max", "min") or y.op in ("if", "max", "min"):  # `max(0, s0)` of a size is s0: fold it
+        ranges = context.require().decider.ranges
+        x, y = simplify(x, ranges), simplify(y, ranges)
+        if x is y:
+            return x
     if y in _operands(x) or x in _operands(y):  # broadcasting with a size already broadcast in changes nothing
         return x if y in _operands(x) else y
     state = context.require()
