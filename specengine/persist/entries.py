@@ -11,6 +11,7 @@ from dataclasses import astuple
 from typing import Any, NamedTuple
 
 from specengine.capture.tensor_objects import absent_check
+from specengine.capture.writes import with_writes
 from specengine.codegen import exec_source
 from specengine.ir.trace import trace_globals
 from specengine.persist import keys
@@ -28,6 +29,7 @@ from specengine.persist.recipes import (
     resolve,
 )
 from specengine.persist.signing import Rejected
+from specengine.persist.writes import describe_writes, rebuild_writes
 from specengine.prologue.build import INDEX_BUILTINS
 from specengine.prologue.codegen import Check, Guard, Prologue
 
@@ -58,15 +60,12 @@ class Loaded(NamedTuple):
 def entry_payload(fn: Any, module: Any, prologue: Prologue, index: tuple | None, guards: list, m: Material) -> dict:
     """The entry as JSON data (NoRecipe where a part has no recipe)."""
     specs = m.specs
-    if specs.writes:
-        names = sorted({f"{type(w.obj).__name__}.{w.name}" for w in specs.writes if w.name})
-        raise NoRecipe(f"module attributes the function assigns ({', '.join(names[:4]) or 'state updates'}; "
-                       "TODO(issue 23): replay state writes from disk)")  # fmt: skip
     if specs.lifted:
         raise NoRecipe("tensors closed over from outside the arguments")
     ctx = context(fn, module)
     ctx.guards, ctx.captured = list(specs.structure), list(specs.captured)
     payload: dict[str, Any] = {"guards": describe_guards(specs.structure, ctx)}
+    payload["writes"] = describe_writes(specs.writes, ctx)
     used = _used_names(prologue)
     used_text = "\n".join([prologue.source] + [s.fail for s in prologue.steps if isinstance(s, Check)])
     recipes = {}
@@ -271,6 +270,7 @@ def load_entry(payload: dict, fn: Any, module: Any) -> Loaded:
         n_params = len(p["returns"]) - len(payload["output"]["objects"])
         steps = rebuild_steps(payload["output"].get("steps", []), ctx)
         computation = wrap(computation, rebuild(payload["output"]["build"], ctx), steps, n_params)
+    computation = with_writes(computation, rebuild_writes(payload.get("writes", []), ctx))
     index = None
     if payload["index"] is not None:
         i = payload["index"]

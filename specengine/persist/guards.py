@@ -12,6 +12,7 @@ import torch
 from specengine.persist import keys
 from specengine.persist.recipes import Context, NoRecipe, describe, resolve
 from specengine.persist.signing import Rejected
+from specengine.persist.writes import describe_skip, rebuild_skip
 from specengine.prologue.classes import ClassGuard
 from specengine.prologue.fields import is_config_object
 from specengine.prologue.structure import ObjectsGuard, StructureGuard
@@ -24,10 +25,9 @@ def describe_guards(guards: list, ctx: Context) -> list[dict]:
         if type(g) is StructureGuard:
             if ctx.module is None or g.root is not ctx.module:
                 raise NoRecipe("a module tree reached outside the compiled module")
-            if g.skip:
-                raise NoRecipe("module attributes the program assigns (read as inputs)")
             names = None if g.names is None else sorted(g.names)
-            out.append({"kind": "structure", "path": g.path, "names": names, "fingerprint": portable_structure(g)})
+            out.append({"kind": "structure", "path": g.path, "names": names, "skip": describe_skip(g.skip, g.root),
+                        "fingerprint": portable_structure(g)})  # fmt: skip
         elif type(g) is ClassGuard:
             classes = [describe(c, Context()) for c in g.classes]
             if any(r[0] != "object" for r in classes):
@@ -47,7 +47,8 @@ def rebuild_guards(descriptions: list[dict], ctx: Context) -> None:
         if d["kind"] == "structure":
             if ctx.module is None or d["path"] != "self":
                 raise Rejected("a structure guard needs the compiled module")
-            g = StructureGuard(ctx.module, d["path"], names=None if d["names"] is None else frozenset(d["names"]))
+            names = None if d["names"] is None else frozenset(d["names"])
+            g = StructureGuard(ctx.module, d["path"], rebuild_skip(d.get("skip", []), ctx.module), names)
             found = portable_structure(g)
             if found != d["fingerprint"]:
                 raise Rejected(f"the module structure differs: {_first_difference(d['fingerprint'], found)}")
