@@ -129,6 +129,8 @@ class CompiledFunction:
         with self._lock:  # one compile at a time per function; dispatch stays lock-free
             if self._disk is None:
                 self._load_disk()
+            elif self._disk and self._disk.pending:
+                self._add_loaded(self._disk.retry())
             found = self._lookup(args, kwargs)  # another thread may have compiled it meanwhile
             if found is not None:
                 entry, inputs = found
@@ -177,13 +179,16 @@ class CompiledFunction:
         self._disk = disk or False
         if not disk:
             return
-        for e in disk.load():
-            stats = {"origin": "disk", "path": e.key, "loaded_from": disk.folder}
-            self._cache.add(CacheEntry(e.prologue, e.computation, [], e.guards, None, e.key, e.index, stats), [], False)
-        self._entries = self._cache.entries
+        self._add_loaded(disk.load())
         if self._options.dynamic is None:
             dynamic, seen = disk.dynamic()
             self._auto_dynamic, self._seen = self._auto_dynamic | dynamic, {**seen, **self._seen}
+
+    def _add_loaded(self, loaded: list) -> None:
+        for e in loaded:
+            stats = {"origin": "disk", "path": e.key, "loaded_from": self._disk.folder}
+            self._cache.add(CacheEntry(e.prologue, e.computation, [], e.guards, None, e.key, e.index, stats), [], False)
+        self._entries = self._cache.entries
 
     def _save_disk(self, entry: CacheEntry) -> None:
         material, entry.material = entry.material, None

@@ -19,6 +19,7 @@ from specengine.config import config
 from specengine.logs import topic
 from specengine.persist import keys, store
 from specengine.persist.entries import Loaded, Material, entry_payload, load_entry
+from specengine.persist.guards import StructureDiffers
 from specengine.persist.recipes import NoRecipe, decode_value, encode_value
 from specengine.persist.signing import Rejected, decode, encode, read_private, signing_key
 
@@ -43,15 +44,28 @@ class Disk:
 
     def __init__(self, layout_dir: str, folder: str, key: bytes, fn: Any, module: Any):
         self.layout_dir, self.folder, self.key, self.fn, self.module = layout_dir, folder, key, fn, module
+        self.pending: list[str] = []  # entries whose structure guard differed at load (`retry`)
 
     def load(self) -> list[Loaded]:
         """Every entry of this program that verifies and whose guards rebuild; the others are logged misses."""
+        return self._load(store.entry_files(self.folder))
+
+    def retry(self) -> list[Loaded]:
+        """The entries not loaded earlier because the module's structure differed, that now load (the first call
+        assigned the attribute they were saved with: `self.last = ...`)."""
+        paths, self.pending = self.pending, []
+        return self._load(paths)
+
+    def _load(self, paths: list[str]) -> list[Loaded]:
         out = []
-        for path in store.entry_files(self.folder):
+        for path in paths:
             try:
                 payload = decode(read_private(path), "entry", self.key)
                 out.append(load_entry(payload, self.fn, self.module))
                 store.touch(path)
+            except StructureDiffers as e:
+                self.pending.append(path)
+                log.info("not loaded %s (tried again after a later miss): %s", path, e)
             except Rejected as e:
                 log.info("not loaded %s: %s", path, e)
             except Exception as e:  # noqa: BLE001 - a damaged entry is a miss, never an error of the user's call
@@ -79,6 +93,8 @@ class Disk:
         except OSError as e:
             log.info("not saved: %s", e)
             return None, f"write failed: {e}"
+        if path in self.pending:
+            self.pending.remove(path)  # (this process traced it: no second copy)
         log.info("saved %s", path)
         return path, None
 

@@ -60,10 +60,8 @@ class Loaded(NamedTuple):
 def entry_payload(fn: Any, module: Any, prologue: Prologue, index: tuple | None, guards: list, m: Material) -> dict:
     """The entry as JSON data (NoRecipe where a part has no recipe)."""
     specs = m.specs
-    if specs.lifted:
-        raise NoRecipe("tensors closed over from outside the arguments")
     ctx = context(fn, module)
-    ctx.guards, ctx.captured = list(specs.structure), list(specs.captured)
+    ctx.guards, ctx.captured, ctx.lifted = list(specs.structure), list(specs.captured), list(specs.lifted)
     payload: dict[str, Any] = {"guards": describe_guards(specs.structure, ctx)}
     payload["writes"] = describe_writes(specs.writes, ctx)
     used = _used_names(prologue)

@@ -18,6 +18,11 @@ from specengine.prologue.fields import is_config_object
 from specengine.prologue.structure import ObjectsGuard, StructureGuard
 
 
+class StructureDiffers(Rejected):
+    """The live module's structure is not the saved one: it may become so later (an attribute the first call
+    assigns), so the entry is tried again on later misses (`Disk.retry`)."""
+
+
 def describe_guards(guards: list, ctx: Context) -> list[dict]:
     """The recipes of the structure and class guards of an entry, in order (NoRecipe if one has none)."""
     out = []
@@ -51,7 +56,7 @@ def rebuild_guards(descriptions: list[dict], ctx: Context) -> None:
             g = StructureGuard(ctx.module, d["path"], rebuild_skip(d.get("skip", []), ctx.module), names)
             found = portable_structure(g)
             if found != d["fingerprint"]:
-                raise Rejected(f"the module structure differs: {_first_difference(d['fingerprint'], found)}")
+                raise StructureDiffers(f"the module structure differs: {_first_difference(d['fingerprint'], found)}")
         elif d["kind"] == "objects":
             g = ObjectsGuard([(path, resolve(r, ctx)) for path, r in d["objects"]])
             found = _portable_fields(g)

@@ -32,6 +32,7 @@ class Context:
     places: dict = field(default_factory=dict)  # id -> (object, path) inside the objects a fingerprint read
     guards: list = field(default_factory=list)
     captured: list = field(default_factory=list)  # (kind, name, value, holder) read by the trace (specs.captured)
+    lifted: list = field(default_factory=list)  # (proxy, tensor, (root, steps)): tensors closed over (specs.lifted)
     memo: dict = field(default_factory=dict)  # indexes built once per save or load (kinds.Engine, named.closure_of)
 
 

@@ -10,7 +10,7 @@ function's globals or closure, an imported module's `__dict__`, a part of a guar
 
 from __future__ import annotations
 
-from specengine.persist import fingerprints, kinds, named
+from specengine.persist import fingerprints, kinds, lifted, named
 from specengine.persist.fingerprints import portable_key
 from specengine.persist.recipe_base import TABLE, Context, context, describe, resolve
 from specengine.persist.values import (
@@ -26,4 +26,4 @@ from specengine.persist.values import (
 __all__ = ["TABLE", "Context", "NoRecipe", "context", "describe", "resolve", "portable_key", "decode_constant",
            "decode_typed", "decode_value", "encode_constant", "encode_typed", "encode_value", "KINDS"]  # fmt: skip
 
-KINDS = (kinds, named, fingerprints)  # the modules whose kinds fill the table
+KINDS = (kinds, named, fingerprints, lifted)  # the modules whose kinds fill the table
