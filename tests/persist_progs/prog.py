@@ -52,3 +52,64 @@ class Net(nn.Module):
 def make_net():
     torch.manual_seed(0)
     return Net()
+
+
+class Counter(nn.Module):
+    """State that `forward` assigns: a step counter, a cached value (a new attribute), a buffer's running sum."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.steps = 0
+        self.gain = 1.0
+        self.register_buffer("running", torch.zeros(4))
+
+    def forward(self, x):
+        self.steps += 1
+        self.last = x.sum()
+        self.running = self.running * 0.5 + x.sum(0)
+        return self.lin(x) * self.steps * self.gain
+
+
+def make_counter():
+    torch.manual_seed(0)
+    return Counter()
+
+
+TABLE = {"w": torch.full((4,), 2.0)}
+
+
+class Holder:
+    pass
+
+
+HOLDER = Holder()
+HOLDER.w = torch.full((4,), 3.0)
+
+
+def from_table(x):
+    return x * TABLE["w"]
+
+
+def from_holder(x):
+    return x + HOLDER.w
+
+
+def make_listed(c):
+    box = [torch.arange(4.0) * c]
+
+    def listed(x):
+        return x - box[0]
+
+    return listed
+
+
+listed_fn = make_listed(1.0)
+box = listed_fn.__closure__[0].cell_contents
+
+
+LIMITS = [1, 2]
+
+
+def count_of(x, lst):
+    return x * len(lst) * LIMITS[0]
