@@ -100,9 +100,13 @@ def _outside_ids(specs: Any) -> list:
     if not passed or _never_passed(specs, fresh):
         return ["value", encode_value(frozenset())]
     what = ", ".join(f"{path} (a {kind})" for path, kind in sorted(passed))
-    raise NoRecipe(f"the prologue checks that {what} is none of the {len(specs.outside_ids)} objects the program "
-                   "reaches from outside its arguments, by their ids in this process (TODO(issue 23): re-walk them "
-                   "at load)")  # fmt: skip
+    same = sorted({t.__name__ for t in specs.outside_types if t.__name__ in {kind for _, kind in passed}})
+    reached = f"{len(specs.outside_ids)} mutable objects" + (f" ({', '.join(same)} among them)" if same else "")
+    raise NoRecipe(f"the argument {what} could be one of the {reached} that the program reaches from outside its "
+                   "arguments (globals, closures, module attributes); the prologue checks it is none of them by "
+                   "their ids in this process, which name nothing in another one (TODO(issue 23): re-walk them at "
+                   "load). To have the entry saved, pass an argument of a type the program does not also reach "
+                   "from outside (a tuple instead of a list it does not change)")  # fmt: skip
 
 
 def _never_passed(specs: Any, fresh: set) -> bool:
