@@ -59,7 +59,7 @@ class CellObject(Kind):
         for i, c in enumerate(ctx.fn_closure or ()):
             if c is v:
                 return ["cellobj", i]
-        raise NoRecipe("a closure cell of a function other than the compiled one")
+        return None  # (a cell of another function's closure: no recipe)
 
     def resolve(self, r: list, ctx: Context) -> Any:
         if type(r[1]) is not int or not ctx.fn_closure:
