@@ -55,6 +55,9 @@ class Decider:
             s: E.const(lo) for s, (lo, hi) in ranges.items() if lo is not None and lo == hi
         }
         self._constrained: set[str] = set()  # symbols that some recorded constraint mentions
+        # (the `_subst` it was built for, node -> node substituted): a `_subst` is never changed once published
+        # (`_merge` and `restore` replace it), so the memo holds while `_subst` is that same object
+        self._subst_memo: tuple[dict, dict] = (self._subst, {})
 
     def decide(self, b: E.Expr, provenance: Provenance) -> bool:
         """The truth value of `b` for this trace; records a constraint unless it is implied."""
@@ -137,7 +140,7 @@ class Decider:
             return True
         if self.unbacked.mentions(b):
             return self.prove(b) is value
-        n = E.normalize(b.subs(self._subst) if self._subst else b)
+        n = E.normalize(self._representatives(b))
         if n.op == "bconst":
             return True
         known = self._memo.get(n)
@@ -150,6 +153,15 @@ class Decider:
         if known is not None:
             self._memo[n] = known
         return known is not None
+
+    def _representatives(self, b: E.Expr) -> E.Expr:
+        """`b` over the representatives of `_subst`, memoised per node while `_subst` is unchanged (the conv sizes of
+        a convnet nest floor divisions: each query shares most of its nodes with earlier ones)."""
+        if not self._subst:
+            return b
+        if self._subst_memo[0] is not self._subst:
+            self._subst_memo = (self._subst, {})
+        return b.subs(self._subst, self._subst_memo[1])
 
     def facts(self) -> Facts:
         """What the ranges and the recorded constraints (over the current representatives) say, for cheap proofs."""
@@ -168,7 +180,7 @@ class Decider:
     def prove(self, b: E.Expr, oblivious: frozenset[str] = frozenset()) -> bool | None:
         """The truth value of `b` that the ranges, the recorded constraints and the unbacked facts and assumptions
         imply, or None. Symbols in `oblivious` (size-like unbacked ones) count as at least 2 (size-oblivious)."""
-        n = E.normalize(b.subs(self._subst) if self._subst else b)
+        n = E.normalize(self._representatives(b))
         if n.op == "bconst":
             return n.value
         key = (n, oblivious)
