@@ -94,9 +94,10 @@ class Expr:
             object.__setattr__(self, "_free", free)
         return self._free
 
-    def eval(self, env: Mapping[str, int]) -> int | bool:
-        """Evaluate with Python semantics (``if``/``and``/``or`` are lazy, in printed order)."""
-        return _eval(self, env, {})
+    def eval(self, env: Mapping[str, int], memo: dict | None = None) -> int | bool:
+        """Evaluate with Python semantics (``if``/``and``/``or`` are lazy, in printed order). `memo` (node -> value)
+        may be kept across calls with the same, unchanged `env`."""
+        return _eval(self, env, {} if memo is None else memo)
 
     def subs(self, mapping: Mapping[str, IntLike], memo: dict | None = None) -> Expr:
         """Substitute symbols by expressions or ints, re-canonicalising (constants fold). `memo` (node -> result)
