@@ -133,6 +133,24 @@ def test_decider_uses_ranges_then_facts_then_z3_and_records_only_undecided():
     assert str(d.constraints[-1]) == "s0*s1 == 12"
 
 
+def test_decider_memos_follow_the_hints_and_the_recorded_equalities():
+    """The per-node memos of evaluation and substitution are kept across queries: a write to the hints (an unbacked
+    symbol's stand-in) and each new recorded equality must be seen by the next query."""
+    s2 = E.sym("s2")
+    d = Decider({"s0": 3, "s1": 3, "s2": 3}, {name: (0, None) for name in ("s0", "s1", "s2")})
+    size = E.floordiv(E.add(E.mul(s1, 2), s2), 2)
+    assert d.hints.eval(size) == 4
+    d.hints["s2"] = 5  # narrowed (ir/shape_env.py): what was evaluated on the old value is forgotten
+    assert d.hints.eval(size) == 5 and d.hints.eval(E.add(s2, 1)) == 6
+    d.hints["s2"] = 3
+    assert d.decide(E.eq(s1, s0), HERE) is True and d.decide(E.ge(size, 4), HERE) is True
+    assert d.constraints[-1].expr == E.ge(E.floordiv(E.add(E.mul(s1, 2), s2), 2), 4)
+    assert str(d._representatives(size)) == "s0 + s2//2"
+    assert d.decide(E.eq(s2, s0), HERE) is True  # a new equality: the substitution memo starts over
+    assert str(d._representatives(size)) == "s0 + s0//2" and d.decide(E.ge(E.add(s0, E.floordiv(s2, 2)), 4), HERE)
+    assert len(d.constraints) == 3  # the last one implied by the recorded (s1 and s2 as s0) `size >= 4`
+
+
 def test_compile_statistics_count_z3_calls():
     def f(a):
         if a.shape[0] > a.shape[1]:

@@ -27,6 +27,37 @@ if TYPE_CHECKING:
 Ranges = dict[str, tuple[int | None, int | None]]
 
 
+class _Hints(dict):
+    """The example values of the symbols; every write (an unbacked symbol's stand-in, set or narrowed) forgets the
+    values of the expressions evaluated on them."""
+
+    def __init__(self, hints: dict[str, int]):
+        super().__init__(hints)
+        self.memo: dict[E.Expr, Any] = {}  # node -> value on these hints (shared by every evaluation)
+
+    def _forget(name: str) -> Any:
+        def method(self: _Hints, *args: Any, **kwargs: Any) -> Any:
+            self.memo = {}
+            return getattr(dict, name)(self, *args, **kwargs)
+
+        method.__name__ = name
+        return method
+
+    __setitem__ = _forget("__setitem__")
+    __delitem__ = _forget("__delitem__")
+    __ior__ = _forget("__ior__")
+    update = _forget("update")
+    setdefault = _forget("setdefault")
+    pop = _forget("pop")
+    popitem = _forget("popitem")
+    clear = _forget("clear")
+    del _forget
+
+    def eval(self, e: E.Expr) -> Any:
+        """`e` at these values, memoised per node (conv sizes nest floor divisions that share their subterms)."""
+        return e.eval(self, self.memo)
+
+
 class Decider:
     """Decides boolean symbolic expressions and records the decisions that were not implied.
 
@@ -35,7 +66,7 @@ class Decider:
     """
 
     def __init__(self, hints: dict[str, int], ranges: Ranges, timeout_ms: int = 30_000):
-        self.hints = dict(hints)  # a copy: unbacked symbols add their stand-in values (never the prologue's)
+        self.hints = _Hints(hints)  # a copy: unbacked symbols add their stand-in values (never the prologue's)
         self.ranges = ranges
         self.unbacked = Unbacked()  # data-dependent symbols: decided by `prove`, never recorded
         self._proved: dict[tuple, bool] = {}  # (normalized query, oblivious symbols) -> what `prove` proved
@@ -55,10 +86,13 @@ class Decider:
             s: E.const(lo) for s, (lo, hi) in ranges.items() if lo is not None and lo == hi
         }
         self._constrained: set[str] = set()  # symbols that some recorded constraint mentions
+        # (the `_subst` it was built for, node -> node substituted): a `_subst` is never changed once published
+        # (`_merge` and `restore` replace it), so the memo holds while `_subst` is that same object
+        self._subst_memo: tuple[dict, dict] = (self._subst, {})
 
     def decide(self, b: E.Expr, provenance: Provenance) -> bool:
         """The truth value of `b` for this trace; records a constraint unless it is implied."""
-        value = bool(b.eval(self.hints))
+        value = bool(self.hints.eval(b))
         if self.implied(b, value):
             return value
         self.record(b if value else E.not_(b), provenance)
@@ -74,7 +108,7 @@ class Decider:
 
     def pin(self, e: E.Expr, provenance: Provenance) -> int:
         """The concrete value of `e`; records `e == value` unless `e` is already known to be constant."""
-        value = e.eval(self.hints)
+        value = self.hints.eval(e)
         self.decide(E.eq(e, value), provenance)
         return value
 
@@ -137,7 +171,7 @@ class Decider:
             return True
         if self.unbacked.mentions(b):
             return self.prove(b) is value
-        n = E.normalize(b.subs(self._subst) if self._subst else b)
+        n = E.normalize(self._representatives(b))
         if n.op == "bconst":
             return True
         known = self._memo.get(n)
@@ -150,6 +184,15 @@ class Decider:
         if known is not None:
             self._memo[n] = known
         return known is not None
+
+    def _representatives(self, b: E.Expr) -> E.Expr:
+        """`b` over the representatives of `_subst`, memoised per node while `_subst` is unchanged (the conv sizes of
+        a convnet nest floor divisions: each query shares most of its nodes with earlier ones)."""
+        if not self._subst:
+            return b
+        if self._subst_memo[0] is not self._subst:
+            self._subst_memo = (self._subst, {})
+        return b.subs(self._subst, self._subst_memo[1])
 
     def facts(self) -> Facts:
         """What the ranges and the recorded constraints (over the current representatives) say, for cheap proofs."""
@@ -168,7 +211,7 @@ class Decider:
     def prove(self, b: E.Expr, oblivious: frozenset[str] = frozenset()) -> bool | None:
         """The truth value of `b` that the ranges, the recorded constraints and the unbacked facts and assumptions
         imply, or None. Symbols in `oblivious` (size-like unbacked ones) count as at least 2 (size-oblivious)."""
-        n = E.normalize(b.subs(self._subst) if self._subst else b)
+        n = E.normalize(self._representatives(b))
         if n.op == "bconst":
             return n.value
         key = (n, oblivious)

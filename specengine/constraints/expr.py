@@ -94,12 +94,14 @@ class Expr:
             object.__setattr__(self, "_free", free)
         return self._free
 
-    def eval(self, env: Mapping[str, int]) -> int | bool:
-        """Evaluate with Python semantics (``if``/``and``/``or`` are lazy, in printed order)."""
-        return _eval(self, env, {})
+    def eval(self, env: Mapping[str, int], memo: dict | None = None) -> int | bool:
+        """Evaluate with Python semantics (``if``/``and``/``or`` are lazy, in printed order). `memo` (node -> value)
+        may be kept across calls with the same, unchanged `env`."""
+        return _eval(self, env, {} if memo is None else memo)
 
-    def subs(self, mapping: Mapping[str, IntLike]) -> Expr:
-        """Substitute symbols by expressions or ints, re-canonicalising (constants fold)."""
+    def subs(self, mapping: Mapping[str, IntLike], memo: dict | None = None) -> Expr:
+        """Substitute symbols by expressions or ints, re-canonicalising (constants fold). `memo` (node -> result)
+        may be kept across calls with the same, unchanged `mapping`: shared subtrees are then rebuilt once."""
         free = self.free_symbols()
         if not any(s in mapping for s in free):  # not isdisjoint(mapping): that walks the whole mapping
             return self
@@ -108,7 +110,7 @@ class Expr:
             v = mapping.get(s.args[0])
             return s if v is None else _int(v)
 
-        return _rebuild(self, leaf, {})
+        return _rebuild(self, leaf, {} if memo is None else memo)
 
     def to_python(self, name: Callable[[str], str] = str) -> str:
         """Python source for this expression; ``name`` maps a symbol name to the text printed for it."""

