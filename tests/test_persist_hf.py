@@ -54,6 +54,11 @@ def _run(tmp: Path, code: str) -> dict:
     return result
 
 
+def _why(log: str) -> str:
+    """The cache log's lines other than loads (rejections and their reasons), for a failure's message."""
+    return "\n".join(ln for ln in log.splitlines() if "] loaded " not in ln)[-6000:]
+
+
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("hf")
@@ -67,7 +72,8 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_tiny_gpt2_and_llama_are_served_from_disk_with_no_trace(written):
     r = _run(written, f"for name in {FAMILIES!r}:\n    run(name)\n")
     for name in FAMILIES:
-        assert (r[name]["misses"], r[name]["hits"], r[name]["origins"]) == (0, 1, ["disk"]), (name, r["log"][-3000:])
+        got = (r[name]["misses"], r[name]["hits"], r[name]["origins"])
+        assert got == (0, 1, ["disk"]), f"{name}: {got}\n" + _why(r["log"])  # the cache log's rejections, in full
         assert r[name]["equal"]
 
 
