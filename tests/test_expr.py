@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-import math
 import gc
+import math
 import operator
 import pickle
 import weakref
