@@ -236,7 +236,7 @@ def _int_binary(name: str, build: Callable, py: Callable, zero_check: bool = Fal
             raise ZeroDivisionError("integer division or modulo by zero")
         quotient = E.exact_quotient(a, b) if zero_check else None  # `b*h*t // (h*t)` is `b` (b != 0 decided)
         if quotient is not None:
-            return ExprNode(quotient if build is not E.mod else E.const(0), int)
+            return ExprNode(E.const(0) if name == "mod" else quotient, int)
         return ExprNode(build(a, b), int)
 
     method.__name__ = name
