@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import math
 import operator
 import pickle
 import weakref
@@ -24,6 +25,7 @@ from specengine.constraints.expr import (
     as_expr,
     const,
     eq,
+    exact_quotient,
     floordiv,
     ge,
     gt,
@@ -540,3 +542,28 @@ def test_nested_min_max_with_constants_collapse() -> None:
     assert minimum(2, minimum(7, s0)) is minimum(2, s0)
     for v in (-3, 0, 4, 70):
         assert maximum(0, maximum(0, minimum(64, s0))).eval({"s0": v}) == max(0, max(0, min(64, v)))
+
+
+MONOMIALS = st.builds(
+    lambda c, names: mul(c, math.prod((sym(n) for n in names), start=const(1))),
+    st.sampled_from([-3, -2, -1, 1, 2, 4]),
+    st.lists(st.sampled_from(SYMS), min_size=1, max_size=3),
+)
+
+
+@FAST
+@given(INTS, MONOMIALS, st.one_of(st.just(const(0)), INTS.map(lambda r: r.expr)), ENVS)
+def test_exact_quotient_is_floordiv_where_the_divisor_is_nonzero(q: Recipe, b: Expr, rest: Expr, env: dict) -> None:
+    """`exact_quotient(a, b)` (a view's -1 related back to the batch) is `a // b`, `a % b == 0`, wherever b != 0;
+    a product `q*b` always divides back to q."""
+    for a in (mul(q.expr, b), add(mul(q.expr, b), rest)):
+        found = exact_quotient(a, b)
+        if a is mul(q.expr, b):
+            assert found is not None
+        bv = b.eval(env)
+        try:
+            av = a.eval(env)
+        except ZeroDivisionError:
+            continue
+        if found is not None and bv != 0:
+            assert found.eval(env) == av // bv and av % bv == 0

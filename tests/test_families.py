@@ -48,3 +48,23 @@ def test_rwkv_compiles_once_per_length_never_per_batch():
     cfn = _sweep(transformers.RwkvForCausalLM(config), calls, lambda b, t: {"input_ids": torch.randint(1, 99, (b, t))})
     assert counts(cfn) == (2, 3), specengine.recompile_reasons(cfn)
     assert [str(g) for g in specengine.last_guards(cfn) if "input_ids" in str(g)] == ["input_ids.shape[1] == 1"]
+
+
+def test_deberta_v2_with_a_mask_compiles_once_over_batch_sizes():
+    """`view(-1, heads, T, T)`'s -1 is `B*heads*T*T // (heads*T*T)`: related back to B (an exact quotient), the
+    masked_fill broadcast needs no guard `input_ids.shape[0] == 1` (it was a second entry for batch 1)."""
+    torch.manual_seed(0)
+    config = transformers.DebertaV2Config(vocab_size=99, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                          intermediate_size=24, max_position_embeddings=64, position_buckets=8,
+                                          max_relative_positions=16)  # fmt: skip
+
+    def make(b, t):
+        mask = torch.ones(b, t, dtype=torch.long)
+        mask[:, -1] = 0  # padding in every row
+        return {"input_ids": torch.randint(1, 99, (b, t)), "attention_mask": mask}
+
+    calls = [(1, 6), (2, 6), (3, 6), (1, 9), (2, 4)]
+    cfn = _sweep(transformers.DebertaV2Model(config), calls, make)
+    assert counts(cfn) == (1, len(calls) - 1), specengine.recompile_reasons(cfn)
+    assert not any(g.startswith(("input_ids.shape[0] ==", "attention_mask.shape[0] ==", "2*"))
+                   for g in map(str, specengine.last_guards(cfn)))  # fmt: skip

@@ -60,3 +60,49 @@ def test_size_one_gets_no_entry_of_its_own(name):
     assert counts(cfn) == (misses, len(sizes) - misses), specengine.recompile_reasons(cfn)
     assert all("!= 0" in r for r in specengine.recompile_reasons(cfn))
     assert not any("== 1" in str(g) for e in specengine.cache_entries(cfn) for g in e.guards if "x.shape" in str(g))
+
+
+E = 8
+torch.manual_seed(0)
+MHA = nn.MultiheadAttention(E, 2, batch_first=True).eval()
+
+
+class _VitBlock(nn.Module):
+    """A torchvision-style encoder block from torch.nn: class token, position embedding, attention, MLP."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cls, self.pos = nn.Parameter(torch.randn(1, 1, E)), nn.Parameter(torch.randn(1, 4, E))
+        self.ln1, self.ln2, self.attn = nn.LayerNorm(E), nn.LayerNorm(E), nn.MultiheadAttention(E, 2, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(E, 16), nn.GELU(), nn.Linear(16, E))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+        y = self.ln1(x)
+        x = x + self.attn(y, y, y, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+# Kernels that view a transposed intermediate (MultiheadAttention with batch_first flattens (T, B, E) to (T*B, E)):
+# with a batch of 1 the transposed tensor is contiguous, and torch's view algorithm asked `B*T == T` per dim pair.
+VIEWING = {
+    "mha_batch_first": (lambda x: MHA(x, x, x, need_weights=False)[0], 3),
+    "mha_batch_first_weights": (lambda x: MHA(x, x, x)[1], 3),
+    "mha_batch_first_padding_mask": (lambda x: MHA(x, x, x, key_padding_mask=x[..., 0] > 1, need_weights=False)[0], 3),
+    "vit_block": (_VitBlock().eval(), 3),
+}
+
+
+@pytest.mark.parametrize("name", list(VIEWING))
+def test_a_kernel_viewing_a_transposed_batch_compiles_once(name):
+    fn, t = VIEWING[name]
+    # (no batch of 0 with weights: eager's fast path, not taken under tracing, returns None weights for it)
+    batches = [1, 2, 3, 1, 0] if name in ("mha_batch_first", "vit_block") else [1, 2, 3, 1]
+    cfn = specengine.compile(fn, dynamic=True)
+    with torch.no_grad():
+        for b in batches:
+            x = torch.randn(b, t, E)
+            torch.testing.assert_close(cfn(x), fn(x), equal_nan=True)
+    misses = 1 + (0 in batches)
+    assert counts(cfn) == (misses, len(batches) - misses), specengine.recompile_reasons(cfn)
+    assert not any("== 1" in str(g) for e in specengine.cache_entries(cfn) for g in e.guards if "x.shape[0]" in str(g))

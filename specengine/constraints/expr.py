@@ -323,6 +323,30 @@ def floordiv(a: IntLike, b: IntLike) -> Expr:
     return _intern("floordiv", (rest, b))
 
 
+def exact_quotient(a: IntLike, b: IntLike) -> Expr | None:
+    """``q`` where ``a == q*b`` as polynomials and ``b`` is one monomial (``c*x*y``), else None: then
+    ``a // b == q`` and ``a % b == 0`` wherever ``b != 0`` (callers decide that first). A size ``-1`` of
+    ``view(-1, h, t)`` is ``b*h*t // (h*t)``: this relates it back to ``b``."""
+    a, b = _int(a), _int(b)
+    divisor = [(m, k) for m, k in _terms(b).items() if k]
+    if len(divisor) != 1 or not divisor[0][0]:
+        return None
+    (mono, c) = divisor[0]
+    q: dict[tuple, int] = {}
+    for m, k in _terms(a).items():
+        if not k:
+            continue
+        rest = list(m)
+        for x in mono:
+            if x not in rest:
+                return None
+            rest.remove(x)
+        if k % c:
+            return None
+        q[tuple(rest)] = k // c
+    return _from_terms(q)
+
+
 def mod(a: IntLike, b: IntLike) -> Expr:
     """``a % b`` with Python semantics (result has the divisor's sign)."""
     a, b = _int(a), _int(b)

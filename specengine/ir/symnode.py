@@ -235,6 +235,9 @@ def _int_binary(name: str, build: Callable, py: Callable, zero_check: bool = Fal
         a, b = self._as_int(), other._as_int()
         if zero_check and not K.decide(E.ne(b, 0), name):
             raise ZeroDivisionError("integer division or modulo by zero")
+        quotient = E.exact_quotient(a, b) if zero_check else None  # `b*h*t // (h*t)` is `b` (b != 0 decided)
+        if quotient is not None:
+            return ExprNode(E.const(0) if name == "mod" else quotient, int)
         return ExprNode(build(a, b), int)
 
     method.__name__ = name

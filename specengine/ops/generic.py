@@ -56,6 +56,7 @@ _SYMBOLS: dict[tuple, Symbol] = {}
 _DTYPE_PREDICATES = frozenset({"is_floating_point", "is_complex", "is_signed"})
 _EMPTY_STRIDED = torch.ops.aten.empty_strided.default
 _SIZE = torch.ops.aten.size.default
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten._reshape_alias.default)
 _RANDOM_TAG = getattr(torch.Tag, "nondeterministic_seeded", None)
 _aten = torch.ops.aten
 _INDEX_OPS = {_aten.index, _aten.index_put, _aten.index_put_, _aten._index_put_impl_, _aten._unsafe_index,
@@ -127,6 +128,8 @@ class _MetaMode(TorchDispatchMode):
             return list(args[0].shape)
         if func is _EMPTY_STRIDED:  # strides are not modelled: a contiguous stand-in needs no storage-size guards
             return torch.empty(args[0], dtype=kwargs.get("dtype"), device="meta")
+        if func in _VIEWS:
+            return _contiguous_view(args[0], args[1])
         try:
             return func(*args, **kwargs)
         except NotImplementedError:
@@ -144,6 +147,16 @@ class _MetaMode(TorchDispatchMode):
                 for t in value if isinstance(value, (list, tuple)) else (value,):
                     if isinstance(t, torch.Tensor):
                         self.written.add(id(t))
+
+
+def _contiguous_view(a: torch.Tensor, shape: Any) -> torch.Tensor:
+    """A view of `a` as `shape` (a kernel's view, `_unsafe_view`, `_reshape_alias`), with contiguous strides.
+    Whether the real tensor can be viewed depends on its strides, which are not modelled (the real op raises at run
+    time where it cannot, as for the view rule of ops/ltorch_views.py): torch's view algorithm would ask, per pair
+    of dims, whether a size equals another (`B*T == T`: is the batch 1), for sizes alone it does not depend on. The
+    size questions that do decide the shape are torch's own infer_size's (the -1, numel preserved)."""
+    shape = torch._prims_common.infer_size(shape, a.numel())
+    return a.as_strided(shape, torch._prims_common.make_contiguous_strides_for(shape), a.storage_offset())
 
 
 def _integer_indexing(func: Any, args: tuple) -> bool:

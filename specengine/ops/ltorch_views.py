@@ -69,9 +69,10 @@ def _infer_shape(a: TensorProxy, sizes: tuple, op: str) -> tuple:
     if not decide(E.ne(known, 0), op, "-1 is ambiguous when the other sizes multiply to 0"):
         raise RuntimeError(f"cannot reshape tensor of {example(numel)} elements into shape {wanted()} because the "
                            "unspecified dimension size -1 can be any value and is ambiguous")  # fmt: skip
-    if not decide(E.eq(E.mod(numel, known), 0), op, "-1 needs numel divisible by the other sizes"):
+    quotient = E.exact_quotient(numel, known)  # (known != 0 decided above) `b*h*t // (h*t)` is `b`: no guard
+    if quotient is None and not decide(E.eq(E.mod(numel, known), 0), op, "-1 needs numel divisible by the other sizes"):
         raise RuntimeError(f"shape '{wanted()}' is invalid for input of size {example(numel)}")
-    exprs[unknown[0]] = E.floordiv(numel, known)
+    exprs[unknown[0]] = E.floordiv(numel, known) if quotient is None else quotient
     return tuple(exprs)
 
 
