@@ -28,3 +28,12 @@ def _many_entries():
     specengine.config.recompile_limit = 1000
     yield
     specengine.config.recompile_limit = old
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models: intra-op threads only spin on a loaded machine (2 threads: ~1 s per eager call, 1: ~2 ms)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -27,12 +27,7 @@ FAMILIES = ("llama", "gpt2", "mistral", "qwen2_moe", "gemma", "phi", "opt", "blo
 SHAPES = [(2, 5), (1, 8), (3, 6)]  # batch 1 after batch 2 is served by the same entry; decoder lengths 2, 4, 3
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("name", FAMILIES)

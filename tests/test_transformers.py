@@ -20,13 +20,7 @@ from specengine.ir.proxies import Proxy  # noqa: E402
 BATCHES, SEQS = (1, 2, 3), (5, 8, 17)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: intra-op threads only spin on a loaded machine (2 threads: ~1 s per eager call, 1: ~2 ms)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def sweep(family) -> list[tuple[int, int]]:

@@ -15,13 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import specengine  # noqa: E402
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_autocast_linear_without_bias_on_a_lower_precision_input():

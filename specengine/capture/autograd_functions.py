@@ -171,7 +171,7 @@ def register_hook(self: TensorProxy, hook: Any) -> _TraceHandle:
         raise TypeError(f"register_hook expects a callable, got {type(hook).__name__}")
     if not self.requires_grad:
         raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-    held = [c.cell_contents for c in getattr(hook, "__closure__", None) or () if _filled(c)]
+    held = [c.cell_contents for c in getattr(hook, "__closure__", None) or () if cell_filled(c)]
     held += list(getattr(hook, "__defaults__", None) or ()) + [getattr(hook, "__self__", None)]
     if any(isinstance(x, Proxy) for x in tree_leaves(held)):
         raise unsupported("a tensor hook that holds traced values (a closure over a tensor or size of the trace)",
@@ -182,7 +182,8 @@ def register_hook(self: TensorProxy, hook: Any) -> _TraceHandle:
     return _TraceHandle()
 
 
-def _filled(cell: Any) -> bool:
+def cell_filled(cell: Any) -> bool:
+    """Whether a closure cell holds a value (an empty one raises on read)."""
     try:
         cell.cell_contents  # noqa: B018 - an empty cell raises
     except ValueError:

@@ -23,6 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
+from specengine.capture.autograd_functions import cell_filled
 from specengine.ir import context
 from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy, unsupported
 from specengine.ops.generic import opaque_call
@@ -42,21 +43,13 @@ def _check_function(fn: Any, op: str) -> None:
     """The function an op runs at run time may not hold values of this call (they would be the first call's)."""
     code_fn = getattr(fn, "func", fn)  # (a functools.partial: its arguments are values too)
     held = list(getattr(fn, "args", ())) + list(getattr(fn, "keywords", {}).values())
-    held += [c.cell_contents for c in getattr(code_fn, "__closure__", None) or () if _filled(c)]
+    held += [c.cell_contents for c in getattr(code_fn, "__closure__", None) or () if cell_filled(c)]
     held += list(getattr(code_fn, "__defaults__", None) or ())
     bad = [v for v in held if not isinstance(v, _CELL_TYPES) and v is not None]
     if bad:
         raise unsupported(f"{op} of a function closing over values ({type(bad[0]).__name__})",
                           "the function runs at run time as one op, and would keep this call's values: pass them as "
                           "arguments (operands) instead")  # fmt: skip
-
-
-def _filled(cell: Any) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 - an empty cell raises
-    except ValueError:
-        return False
-    return True
 
 
 def _tensors_only(leaves: list, op: str) -> None:
