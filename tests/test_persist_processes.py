@@ -274,3 +274,23 @@ def test_bundles_and_the_command_line(written, tmp_path):
     clear = subprocess.run([*cli, "--clear", str(tmp / "cache")], env=env, capture_output=True, text=True, check=True)
     assert "removed 5 files" in clear.stdout
     assert not list((tmp / "cache").rglob("*.se"))
+
+
+def test_a_module_of_a_class_made_in_a_function_held_in_a_dict_attribute(tmp_path):
+    """Its class is found as the type of the module at its path, its forward's closure on that class, the code it
+    wraps inside it: served from disk with 0 traces, for sizes 0, 1, 2; an edit of the wrapped code retraces."""
+    code = textwrap.dedent("""
+        m = prog.make_rotating()
+        c = specengine.compile(m, dynamic=True)
+        with torch.no_grad():
+            for n in (2, 0, 1):
+                assert torch.equal(c(torch.ones(n, 4) * n), m(torch.ones(n, 4) * n))
+            run("rot", c, m, X)
+    """)
+    first = _run(tmp_path, _program(tmp_path / "w"), code)["rot"]
+    assert first["misses"] == 1 and first["saved"][0] and first["equal"], (first, first.get("not_saved"))
+    again = _run(tmp_path, _program(tmp_path / "r"), code)
+    assert (again["rot"]["misses"], again["rot"]["hits"], again["rot"]["origins"]) == (0, 4, ["disk"]), again["log"]
+    edited = _run(tmp_path, _program(tmp_path / "e", {"-x[..., 1:]": "-2 * x[..., 1:]"}), code)
+    assert edited["rot"]["misses"] == 1 and edited["rot"]["equal"], edited["log"][-2000:]
+    assert "rotate changed" in edited["log"] or "not found" in edited["log"], edited["log"][-2000:]

@@ -224,7 +224,7 @@ def _modules_named(payload: dict) -> set[str]:
     mods |= {c[0] for c in payload["codes"]}
     for g in payload["guards"]:
         if g["kind"] == "classes":
-            mods |= {r[1] for r in g["classes"]}
+            mods |= {r[1] for r in g["classes"] if r[0] == "object"}  # (a module_type's class: in its structure)
         elif g["kind"] == "structure":
             mods |= {qual.split(":")[0] for qual, _ in g["fingerprint"][-1][1]}
     return mods

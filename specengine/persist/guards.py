@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from specengine.persist import keys
+from specengine.persist.places import held_module, walk
 from specengine.persist.recipes import Context, NoRecipe, describe, resolve
 from specengine.persist.signing import Rejected
 from specengine.persist.writes import describe_skip, rebuild_skip
@@ -25,19 +26,17 @@ class StructureDiffers(Rejected):
 
 def describe_guards(guards: list, ctx: Context) -> list[dict]:
     """The recipes of the structure and class guards of an entry, in order (NoRecipe if one has none)."""
+    roots = _roots(guards, ctx)
     out = []
     for g in guards:
         if type(g) is StructureGuard:
-            if ctx.module is None or g.root is not ctx.module:
-                raise NoRecipe("a module tree reached outside the compiled module")
             names = None if g.names is None else sorted(g.names)
-            out.append({"kind": "structure", "path": g.path, "names": names, "skip": describe_skip(g.skip, g.root),
-                        "fingerprint": portable_structure(g)})  # fmt: skip
+            out.append({"kind": "structure", "path": g.path, "at": roots[id(g.root)][1], "names": names,
+                        "skip": describe_skip(g.skip, g.root), "fingerprint": portable_structure(g)})  # fmt: skip
         elif type(g) is ClassGuard:
-            classes = [describe(c, Context()) for c in g.classes]
-            if any(r[0] != "object" for r in classes):
-                raise NoRecipe(f"a class of {g.path} without a module and qualname")
-            out.append({"kind": "classes", "path": g.path, "classes": classes})
+            out.append(
+                {"kind": "classes", "path": g.path, "classes": [_describe_class(c, g, roots) for c in g.classes]}
+            )
         elif type(g) is ObjectsGuard:
             objects = [[path, describe(obj, ctx)] for path, obj in g.objects]
             out.append({"kind": "objects", "objects": objects, "fingerprint": _portable_fields(g)})
@@ -46,14 +45,52 @@ def describe_guards(guards: list, ctx: Context) -> list[dict]:
     return out
 
 
+def _roots(guards: list, ctx: Context) -> dict[int, tuple]:
+    """id -> (module, path) of each module tree the structure guards walk: the compiled module (path None), or a
+    module it holds in a list or dict attribute (transformers' `_kernel_funcs`), by its path from there."""
+    roots = {} if ctx.module is None else {id(ctx.module): (ctx.module, None)}
+    for g in guards:
+        if type(g) is StructureGuard and id(g.root) not in roots:
+            at = None if ctx.module is None else held_module(ctx.module, g.root)
+            if at is None:
+                raise NoRecipe("a module tree reached outside the compiled module")
+            roots[id(g.root)] = (g.root, at)
+    return roots
+
+
+def _describe_class(cls: type, g: ClassGuard, roots: dict[int, tuple]) -> list:
+    """A class by (module, qualname), or a class made in a function (`<locals>`) as the type of a module of a
+    walked tree, by where that module is, with its content digest (checked at load)."""
+    try:
+        r = describe(cls, Context())
+        if r[0] == "object":
+            return r
+    except NoRecipe:
+        pass
+    for root, at in roots.values():
+        for qual, m in root.named_modules(remove_duplicate=False):
+            if type(m) is cls:
+                return ["module_type", at, qual, keys.digest(keys.class_fingerprint(cls))]
+    raise NoRecipe(f"a class of {g.path} without a module and qualname")
+
+
+def _resolve_class(r: list, ctx: Context) -> type:
+    if r[0] != "module_type":
+        return resolve(r, ctx)
+    _, at, qual, saved = r
+    cls = type(_module_at(at, "self", ctx).get_submodule(qual))
+    if keys.digest(keys.class_fingerprint(cls)) != saved:
+        raise StructureDiffers(f"the class of the module at {qual!r} differs")
+    return cls
+
+
 def rebuild_guards(descriptions: list[dict], ctx: Context) -> None:
     """Build each guard anew in this process (into `ctx.guards`), checking it against the saved fingerprint."""
     for d in descriptions:
         if d["kind"] == "structure":
-            if ctx.module is None or d["path"] != "self":
-                raise Rejected("a structure guard needs the compiled module")
+            root = _module_at(d.get("at"), d["path"], ctx)
             names = None if d["names"] is None else frozenset(d["names"])
-            g = StructureGuard(ctx.module, d["path"], rebuild_skip(d.get("skip", []), ctx.module), names)
+            g = StructureGuard(root, d["path"], rebuild_skip(d.get("skip", []), root), names)
             found = portable_structure(g)
             if found != d["fingerprint"]:
                 raise StructureDiffers(f"the module structure differs: {_first_difference(d['fingerprint'], found)}")
@@ -63,10 +100,24 @@ def rebuild_guards(descriptions: list[dict], ctx: Context) -> None:
             if found != d["fingerprint"]:
                 raise Rejected(f"the fields of objects read differ: {_first_difference(d['fingerprint'], found)}")
         elif d["kind"] == "classes":
-            g = ClassGuard([resolve(r, ctx) for r in d["classes"]], d["path"])
+            g = ClassGuard([_resolve_class(r, ctx) for r in d["classes"]], d["path"])
         else:
             raise Rejected(f"unknown guard kind {d['kind']!r}")
         ctx.guards.append(g)
+
+
+def _module_at(at: list | None, path: str, ctx: Context) -> torch.nn.Module:
+    """The module a saved structure guard walks: the compiled module, or one it holds in a container (`at`)."""
+    if ctx.module is None:
+        raise Rejected("a structure guard needs the compiled module")
+    if at is None:
+        if path != "self":
+            raise Rejected("a structure guard of a module outside the compiled module")
+        return ctx.module
+    root = walk(at, lambda r: resolve(r, ctx))
+    if not isinstance(root, torch.nn.Module):
+        raise StructureDiffers(f"{path} is a {type(root).__name__}, not a module")
+    return root
 
 
 def _first_difference(saved: list, found: list) -> str:

@@ -216,6 +216,10 @@ def _code_of(obj: Any, qualname: str, code_name: str | None = None) -> types.Cod
             break
         chain.append(obj)
         obj = getattr(obj, "__wrapped__", None)
+    for f in list(chain):  # a callable object in place of a function (kernels' `Func()`): its class's methods
+        if not isinstance(f, (type, types.FunctionType)):
+            chain += [m for m in (inspect.getattr_static(type(f), n, None) for n in ("__call__", "forward"))
+                      if isinstance(m, types.FunctionType)]  # fmt: skip
     for f in list(chain):  # a wrapper without __wrapped__ holds the original in its closure
         for cell in getattr(f, "__closure__", None) or ():
             with contextlib.suppress(ValueError):

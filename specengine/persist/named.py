@@ -10,6 +10,7 @@ import types
 from typing import Any
 
 from specengine.persist import keys
+from specengine.persist.places import module_at, module_roots
 from specengine.persist.recipe_base import Context, Kind, register, resolve
 from specengine.persist.signing import Rejected
 from specengine.persist.values import NoRecipe, lookup
@@ -118,14 +119,16 @@ def closure_of(cells: tuple, ctx: Context) -> list:
     memo = ctx.memo.setdefault("closures", {})
     found = memo.get(id(cells))
     if found is None:
-        found = memo[id(cells)] = (cells, _closure_of(cells))
+        found = memo[id(cells)] = (cells, _closure_of(cells, ctx))
     if isinstance(found[1], NoRecipe):
         raise found[1]
     return found[1]
 
 
-def _closure_of(cells: tuple) -> list | NoRecipe:
+def _closure_of(cells: tuple, ctx: Context) -> list | NoRecipe:
     for f in gc.get_referrers(cells):
+        if isinstance(f, types.FunctionType) and f.__closure__ is cells and (found := _module_method(f, ctx)):
+            return found
         if not (isinstance(f, types.FunctionType) and f.__closure__ is cells):
             continue
         mod, qual = f.__module__, f.__qualname__
@@ -139,6 +142,34 @@ def _closure_of(cells: tuple) -> list | NoRecipe:
             if g is f:
                 return ["closure", mod, qual, depth, keys.fp(f)]
     return NoRecipe("the closure of a function without a module and qualname")
+
+
+def _module_method(f: types.FunctionType, ctx: Context) -> list | None:
+    """`["module_closure", at, qual, mro index, name, depth, fp]` for a function of a class made in a function
+    (kernels' `Func.forward` closes over the function it wraps): a member of the class of a module the entry walks."""
+    if "<locals>" not in f.__qualname__:
+        return None
+    for root, at in module_roots(ctx):
+        for qual, m in root.named_modules(remove_duplicate=False):
+            for i, klass in enumerate(type(m).__mro__):
+                for name, member in vars(klass).items():
+                    for depth, g in enumerate(_wrapped_chain(member) if isinstance(member, types.FunctionType) else ()):
+                        if g is f:
+                            return ["module_closure", at, qual, i, name, depth, keys.fp(f)]
+    return None
+
+
+@register
+class ModuleClosure(Kind):
+    """The closure of a method of a class made in a function, found on the class of a module the entry walks."""
+
+    name = "module_closure"
+
+    def resolve(self, r: list, ctx: Context) -> Any:
+        _, at, qual, i, name, depth, saved = r
+        m = module_at(at, ctx, lambda ref: resolve(ref, ctx)).get_submodule(qual)
+        fn = _wrapped_chain(vars(type(m).__mro__[i])[name])[depth]
+        return _checked(fn, saved, f"{type(m).__qualname__}.{name}").__closure__
 
 
 def _wrapped_chain(obj: Any) -> list:

@@ -15,6 +15,8 @@ import functools
 import types
 from typing import Any, Callable
 
+import torch
+
 from specengine.persist.signing import Rejected
 from specengine.persist.values import decode_value, encode_value, lookup
 
@@ -68,6 +70,54 @@ def _children(x: Any, path: list) -> list:
         out += [(y, ["field", path, k]) for k, y in (dict.items(d) if isinstance(d, dict) else d.items())
                 if type(k) is str and k not in ("__dict__", "__weakref__")]  # fmt: skip
     return out
+
+
+def held_module(module: torch.nn.Module, target: Any) -> list | None:
+    """The path to a module that the compiled module holds outside its submodule tree (in a list, tuple or dict
+    attribute of one of its submodules, as transformers' `_kernel_funcs`), or None: containers only, 4 deep."""
+    for qual, m in module.named_modules(remove_duplicate=False):
+        level = [(vars(m), ["ref", ["table", qual, "__dict__"]])]
+        for _ in range(4):
+            nxt = []
+            for x, path in level:
+                if isinstance(x, dict):
+                    kids = [(y, ["item", path, key]) for k, y in dict.items(x) if (key := _encode_key(k)) is not None]
+                else:
+                    kids = [(y, ["index", path, i]) for i, y in enumerate(x)]
+                for y, p in kids:
+                    if y is target:
+                        return p
+                    if type(y) in (dict, list, tuple) and not (x is vars(m) and p[2] in ("_modules", "_parameters",
+                                                                                         "_buffers")):  # fmt: skip
+                        nxt.append((y, p))
+            level = nxt
+    return None
+
+
+def module_roots(ctx: Any) -> list[tuple[Any, list | None]]:
+    """(module, path) of the module trees an entry walks: the compiled module (path None) and the modules it holds
+    in containers that its structure guards walk (`ctx.guards`), by `held_module` path."""
+    if not isinstance(ctx.module, torch.nn.Module):
+        return []
+    out, seen = [(ctx.module, None)], {id(ctx.module)}
+    for g in ctx.guards:
+        root = getattr(g, "root", None)
+        if isinstance(root, torch.nn.Module) and id(root) not in seen:
+            seen.add(id(root))
+            at = held_module(ctx.module, root)
+            if at is not None:
+                out.append((root, at))
+    return out
+
+
+def module_at(at: list | None, ctx: Any, resolve_ref: Callable[[list], Any]) -> Any:
+    """The module at a `module_roots` path in this process (Rejected where it is not a module)."""
+    if not isinstance(ctx.module, torch.nn.Module):
+        raise Rejected("the entry needs the compiled module")
+    root = ctx.module if at is None else walk(at, resolve_ref)
+    if not isinstance(root, torch.nn.Module):
+        raise Rejected(f"a {type(root).__name__} where the entry walked a module")
+    return root
 
 
 def _named(y: Any) -> list | None:

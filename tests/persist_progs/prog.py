@@ -113,3 +113,36 @@ LIMITS = [1, 2]
 
 def count_of(x, lst):
     return x * len(lst) * LIMITS[0]
+
+
+def as_module(fn):
+    """A function replaced by an instance of a module class made here (as the `kernels` package does for
+    transformers' `apply_rotary_pos_emb`): the class has no importable name, its forward closes over `fn`."""
+
+    class Func(nn.Module):
+        def forward(self, *args):
+            return fn(*args)
+
+    return Func()
+
+
+@as_module
+def rotate(x):
+    return torch.cat([-x[..., 1:], x[..., :1]], dim=-1)
+
+
+class Rotating(nn.Module):
+    """Holds the function module in a dict attribute, outside its submodule tree (transformers' `_kernel_funcs`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self._funcs = {"rotate": rotate}
+
+    def forward(self, x):
+        return self._funcs["rotate"](self.fc(x))
+
+
+def make_rotating():
+    torch.manual_seed(0)
+    return Rotating()
