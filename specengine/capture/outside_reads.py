@@ -21,7 +21,10 @@ def captured_transitively(target: Any, modules: list, ran: Any = None, limit: in
     classes = {c for m in modules for s in m.modules() for c in type(s).__mro__ if user_class(c)}
     owner = getattr(target, "__self__", None)
     classes |= {c for c in type(owner).__mro__ if user_class(c)} if owner is not None else set()
-    methods = [f for c in classes for f in vars(c).values() if isinstance(f, types.FunctionType)]
+    ordered = sorted(classes, key=lambda c: (str(c.__module__), c.__qualname__, id(c)))  # (a set's order is ids')
+    methods = [f for c in ordered for f in vars(c).values() if isinstance(f, types.FunctionType)]
+    if ran is not None:  # a method that did not run read nothing (what ran is all the user code that ran)
+        methods = [f for f in methods if f.__code__ in ran.codes]
     methods.sort(key=lambda f: f.__name__ != "forward")
     out: list = []
     seen: set = set()

@@ -141,7 +141,10 @@ def _closure_of(cells: tuple, ctx: Context) -> list | NoRecipe:
         for depth, g in enumerate(chain):
             if g is f:
                 return ["closure", mod, qual, depth, keys.fp(f)]
-    return NoRecipe("the closure of a function without a module and qualname")
+    owners = [f"{f.__module__}.{f.__qualname__}" for f in gc.get_referrers(cells) if isinstance(f, types.FunctionType)]
+    return NoRecipe(
+        f"the closure of a function without a module and qualname ({', '.join(owners) or 'no live function'})"
+    )
 
 
 def _module_method(f: types.FunctionType, ctx: Context) -> list | None:
