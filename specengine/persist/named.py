@@ -126,11 +126,10 @@ def closure_of(cells: tuple, ctx: Context) -> list:
 
 
 def _closure_of(cells: tuple, ctx: Context) -> list | NoRecipe:
-    for f in gc.get_referrers(cells):
-        if isinstance(f, types.FunctionType) and f.__closure__ is cells and (found := _module_method(f, ctx)):
+    owners = [f for f in gc.get_referrers(cells) if isinstance(f, types.FunctionType) and f.__closure__ is cells]
+    for f in owners:
+        if found := _module_method(f, ctx):
             return found
-        if not (isinstance(f, types.FunctionType) and f.__closure__ is cells):
-            continue
         mod, qual = f.__module__, f.__qualname__
         if not (isinstance(mod, str) and isinstance(qual, str)) or "<locals>" in qual or "<lambda>" in qual:
             continue
@@ -141,10 +140,8 @@ def _closure_of(cells: tuple, ctx: Context) -> list | NoRecipe:
         for depth, g in enumerate(chain):
             if g is f:
                 return ["closure", mod, qual, depth, keys.fp(f)]
-    owners = [f"{f.__module__}.{f.__qualname__}" for f in gc.get_referrers(cells) if isinstance(f, types.FunctionType)]
-    return NoRecipe(
-        f"the closure of a function without a module and qualname ({', '.join(owners) or 'no live function'})"
-    )
+    names = ", ".join(f"{f.__module__}.{f.__qualname__}" for f in owners) or "no live function"
+    return NoRecipe(f"the closure of a function without a module and qualname ({names})")
 
 
 def _module_method(f: types.FunctionType, ctx: Context) -> list | None:
