@@ -17,6 +17,7 @@ import torch
 from specengine import persist
 from specengine.cache import Cache, CacheEntry
 from specengine.capture import effect_strings, pg_timeouts, torch_settings, unbound_methods
+from specengine.capture.identity import compares_identity
 from specengine.capture.interpreter import trace_function
 from specengine.capture.writes import Promote, with_writes
 from specengine.codegen import callable_target, function_name, module_of
@@ -243,17 +244,35 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _trace_stage(fn: Callable, specs: InputSpecs, options: Options) -> tuple[list[Trace], Decider, Any]:
+    retrace = {"concrete": False, "pin_comparisons": False}  # how the next trace decides (Decider)
     while True:
         decider = Decider(specs.hints, specs.ranges, options.timeout_ms)
+        decider.concrete, decider.pin_comparisons = retrace["concrete"], retrace["pin_comparisons"]
         for constraint, provenance in mark_constraints(specs):
             decider.record(constraint, provenance)
         try:
             traced, state = trace_function(fn, specs, decider)
-            break
         except unbound_methods.MethodCalledThroughClass:
             continue  # a Tensor method called through the class from code not scanned: now swapped, trace again
         except effect_strings.Retrace:
             continue  # a symbolic f-string reached something other than an effect: now pinned, trace again
+        except (SpecEngineError, Promote):
+            raise
+        except Exception as e:
+            if decider.concrete:
+                raise  # with every number real it raises still: the program's own error (eager raises it too)
+            recompiles.info("%s raised %s while tracing: traced again with every number concrete",
+                            function_name(fn), type(e).__name__)  # fmt: skip
+            retrace["concrete"] = True
+            continue
+        if state.type_errors and specs.hints and not decider.concrete:  # perhaps caught one a symbol caused
+            recompiles.info("%s: %s, traced again with every number concrete", function_name(fn), state.type_errors[0])
+            retrace["concrete"] = True
+            continue
+        if decider.symbolic_bools and not decider.pin_comparisons and compares_identity(state.ran_codes):
+            retrace["pin_comparisons"] = True  # `flag is True` on a symbolic bool: decide comparisons, again
+            continue
+        break
     traces_log.info("traced %s:\n%s", function_name(fn), traced)
     cleaned = passes.dce(passes.cse(traced))
     return [traced, cleaned], decider, state

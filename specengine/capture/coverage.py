@@ -14,7 +14,10 @@ told of each Python frame that starts. It notes:
   (`torch.Tensor`, `int`, ...);
 - the closure variables of user code that hold modules: `module_reads.py` follows their attributes;
 - a frame of torch.distributed's code that user code called (a collective, FSDP's hooks): refused as it starts,
-  before it runs (`distributed.py`).
+  before it runs (`distributed.py`);
+- each TypeError that reaches a user frame that has handlers (its local trace sees only exception events): a
+  handler may have caught one that a symbolic number caused (`json.dumps(n)` in a `try`), so the compile traces
+  again with every number concrete (`api._trace_stage`). Not seen while another trace function is set.
 
 The tracer is paused inside `TraceState.record` (specengine's own work on an op, where no user code runs), which
 keeps its cost to a few percent of a compile.
@@ -81,6 +84,7 @@ class Coverage:
         self.typed: list[dict] = []  # globals given a `type` of their own
         self._typed_ids: set[int] = set()
         self.prev: Any = None
+        self.type_errors: list[str] = []  # TypeErrors that reached user frames with handlers (see `_exceptions`)
         self.fn = self._trace  # the trace function, as set (sys.gettrace() gives this very object)
 
     def _trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
@@ -94,7 +98,18 @@ class Coverage:
             if kind:
                 self._note(frame, code, kind)
         prev = self.prev
-        return None if prev is None else prev(frame, event, arg)
+        if prev is not None:
+            return prev(frame, event, arg)
+        if kind & _USER and code.co_exceptiontable and not importing_now():  # it may catch: see its exceptions
+            frame.f_trace_lines = False
+            return self._exceptions
+        return None
+
+    def _exceptions(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        """The local trace of a user frame that has handlers: notes each TypeError that reaches it."""
+        if event == "exception" and issubclass(arg[0], TypeError):
+            self.type_errors.append(f"{frame.f_code.co_filename}:{frame.f_lineno}: {arg[0].__name__}: {arg[1]}")
+        return self._exceptions
 
     def _note(self, frame: types.FrameType, code: types.CodeType, kind: int) -> None:
         if kind & _DIST:
@@ -328,3 +343,4 @@ def collecting(state: Any, written: dict | None = None) -> Iterator[Coverage]:
         if outer is not None:  # a trace inside a trace: the outer one ran this code too
             outer.codes.update((c, g) for c, g in cov.codes.items() if c not in outer.codes)
             outer.entered.update(cov.entered)
+            outer.type_errors += cov.type_errors

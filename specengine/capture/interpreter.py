@@ -34,7 +34,14 @@ from specengine.constraints.decide import Decider
 from specengine.constraints.floats import FloatExpr
 from specengine.errors import UnsupportedOpError
 from specengine.ir.context import tracing
-from specengine.ir.proxies import NumberProxy, TensorProxy, as_traced, tensor_isinstance, unflatten_size
+from specengine.ir.proxies import (
+    NumberProxy,
+    TensorProxy,
+    as_traced,
+    concrete_number,
+    tensor_isinstance,
+    unflatten_size,
+)
 from specengine.ir.recording import InputFacts, NameGen
 from specengine.ir.trace import Trace
 from specengine.ops import layouts, ltorch, outside  # noqa: F401 - they register ops and Tensor attributes
@@ -195,6 +202,9 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
             writers.ran = ran  # (which globals this thread may write: the user code that ran in it)
             mutations.check_not_aliased(specs, walk, shadows.rebuilt)
             user_start = time.perf_counter()
+            if decider.concrete:  # a retrace: number arguments are real (each pinned by a guard); sizes: shape
+                args = tuple(concrete_number(v, decider) for v in args)
+                kwargs = {k: concrete_number(v, decider) for k, v in kwargs.items()}
             out = outside.lift(unbound_methods.call_user(fn, args, kwargs))  # a real tensor returned: its proxy
             state.sync_torch_state()  # a change the function did not undo: the computation leaves it too
             user_end = time.perf_counter()
@@ -207,6 +217,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     if state.output_plan is not None:
         out = tuple(state.output_plan.leaves)
     _guard_outside_reads(specs, state, target, modules, plain, shadows.outside, ran)
+    state.type_errors = ran.type_errors  # TypeErrors that reached user frames with handlers (coverage.py)
     state.ran_codes = ran.codes  # the user code the trace ran (a disk cache re-checks its hashes: specengine/persist)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
     specs.layout_facts = list(state.facts.layout_facts)

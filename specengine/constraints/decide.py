@@ -77,6 +77,9 @@ class Decider:
         self.z3_max_seconds = 0.0
         self.z3_max_work = 0  # the most z3 work (resource units) one query took
         self._timeout_ms = timeout_ms
+        self.concrete = False  # every size and number input is pinned where the trace reads it (a retrace)
+        self.pin_comparisons = False  # a comparison of symbolic numbers is decided where it is made (a retrace)
+        self.symbolic_bools = 0  # comparisons that returned a symbolic bool to the program
         self._memo: dict[E.Expr, bool] = {}
         self._z3_env: dict[str, z3.ArithRef] = {}
         self._z3_terms: dict[E.Expr, Any] = {}  # recorded constraints translated once

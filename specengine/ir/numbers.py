@@ -92,7 +92,24 @@ def arith(op: str, a: Any, b: Any) -> Any:
 
 
 def compare(op: str, a: Any, b: Any) -> Any:
-    """`a op b` for a NumberProxy `a` (Python reflects comparisons itself): a bool NumberProxy or a bool."""
+    """`a op b` for a NumberProxy `a` (Python reflects comparisons itself): a bool NumberProxy or a bool.
+
+    Under `Decider.pin_comparisons` (a program that compares by identity, `flag is True`) a symbolic result is
+    decided here (a guard), so the program gets the bool eager gives."""
+    out = _compare(op, a, b)
+    if type(out) is not NumberProxy:
+        return out
+    state = context.current()
+    decider = getattr(state, "decider", None)
+    if decider is None:
+        return out
+    if decider.pin_comparisons and not decider.unbacked.mentions(out.expr):
+        return bool(out)
+    decider.symbolic_bools += 1
+    return out
+
+
+def _compare(op: str, a: Any, b: Any) -> Any:
     ka, kb = kind(a), kind(b)
     if ka is None or kb is None:
         return NotImplemented

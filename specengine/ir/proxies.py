@@ -156,7 +156,11 @@ class TensorProxy(Proxy):
 
     @property
     def shape(self) -> SymSize:
-        return SymSize(_prims().shape(self))
+        dims = _prims().shape(self)
+        decider = getattr(context.current(), "decider", None)
+        if decider is not None and decider.concrete:  # a retrace with every size pinned: real ints
+            return unflatten_size([concrete_number(d, decider) for d in dims], None)
+        return SymSize(dims)
 
     def size(self, dim: int | None = None) -> Any:
         shape = self.shape
@@ -424,6 +428,14 @@ class SymSize(tuple):
 
 def _flatten_size(s: SymSize) -> tuple[list, None]:
     return list(s), None
+
+
+def concrete_number(v: Any, decider: Any) -> Any:
+    """`v` pinned to its value (a guard) where it is a symbol with a source; data-dependent ones stay symbolic."""
+    if type(v) is not NumberProxy or decider.unbacked.mentions(v.expr):
+        return v
+    reason = "a retrace with every number concrete: symbolic, it reached code that needs a real one"
+    return v._pin("concrete", reason) if v.python_type is float else v.python_type(v._pin("concrete", reason))
 
 
 def unflatten_size(values: Any, context: Any) -> Any:
