@@ -16,6 +16,7 @@ from specengine.ir.proxies import NumberProxy, TensorProxy, is_outside_tensor, u
 from specengine.ops import prims, runtime
 from specengine.ops.generic import generic_call
 from specengine.ops.ltorch_literals import tensor as literal_tensor
+from specengine.ops.number_tensors import note_number
 from specengine.ops.registry import torchop
 from specengine.ops.utils import (
     broadcast_shapes,
@@ -54,8 +55,9 @@ def elementwise(
     compute = torch.result_type(*(_meta_or_value(a) for a in args[:2])) if compare else out_dtype
     shape = broadcast_shapes(*(a.dims for a in args if isinstance(a, TensorProxy)))
     operands = [convert(expand_to(_operand(a), shape), compute) for a in args]
-    out = prims.PRIMS[prim](*operands, **kwargs)
-    return convert(out, out_dtype)
+    out = convert(prims.PRIMS[prim](*operands, **kwargs), out_dtype)
+    note_number(out, prim, args, kwargs)
+    return out
 
 
 def _meta_or_value(a: Any) -> Any:

@@ -17,7 +17,7 @@ from specengine.ir import context, unbacked
 from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported
 from specengine.ir.symbol import BoundSymbol
 from specengine.ops import prims
-from specengine.ops.ltorch_literals import known_values
+from specengine.ops.number_tensors import known_values
 from specengine.ops.registry import torchop
 from specengine.ops.utils import broadcast_shapes, decide
 from specengine.provenance import user_frame

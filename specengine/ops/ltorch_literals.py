@@ -15,6 +15,7 @@ from specengine.ir import context
 from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported
 from specengine.ops import outside, prims
 from specengine.ops.ltorch_creation import _default_float, _device, _finish
+from specengine.ops.number_tensors import is_int as _is_int
 from specengine.ops.registry import has_proxy, torchop
 
 __all__ = ["tensor"]
@@ -71,20 +72,6 @@ def _note_values(out: Any, data: Any, dtype: torch.dtype) -> None:
     if dtype is torch.int64 and isinstance(out, TensorProxy) and all(_is_int(v) for v in values):
         state = context.require()
         state.literals[id(out)] = (out, len(state.bsyms), list(values) if flat is not None else data)
-
-
-def _is_int(v: Any) -> bool:
-    return type(v) is int or (type(v) is NumberProxy and v.python_type is int)
-
-
-def known_values(t: TensorProxy) -> Any:
-    """The ints a literal holds (a list, or a number for a 0-d one), where no impure op ran since it was made (an
-    in-place op may have changed it, through a view too); None otherwise."""
-    state = context.require()
-    noted = state.literals.get(id(t))
-    if noted is None or noted[0] is not t or not all(b.sym.pure for b in state.bsyms[noted[1] :]):
-        return None
-    return noted[2]
 
 
 def _flat(data: Any) -> list:
