@@ -25,7 +25,13 @@ from specengine.config import config
 from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
 from specengine.constraints.solver import Solution, Solver, with_float_guards
-from specengine.errors import RecompileLimitError, RecompileLimitWarning, SpecEngineError, UnsupportedOpError
+from specengine.errors import (
+    Misspeculation,
+    RecompileLimitError,
+    RecompileLimitWarning,
+    SpecEngineError,
+    UnsupportedOpError,
+)
 from specengine.executors import Executor, Request, claim_trace, resolve_executors
 from specengine.ir import context as trace_context
 from specengine.ir import passes
@@ -42,6 +48,7 @@ from specengine.prologue.inputs import ConstSpec, InputSpecs, TensorSpec, descri
 from specengine.provenance import Provenance
 
 _MAX_CLAIM_ROUNDS = 8
+_MAX_RESPECULATIONS = 64  # entries one call may try or compile for the sides of its branches on tensor data
 recompiles, guards_log, traces_log = topic("recompiles"), topic("guards"), topic("traces")
 
 
@@ -97,17 +104,24 @@ class CompiledFunction:
                 if inputs is not None:
                     entry.hits += 1
                     self._last = entry
-                    return computation(*inputs)
+                    try:
+                        return computation(*inputs)
+                    except Misspeculation as m:
+                        return self._respeculate(args, kwargs, entry, m)
         for prologue, computation, entry in cache.scan:
             inputs = prologue(*args, **kwargs)
             if inputs is not None:
                 entry.hits += 1
                 self._last = entry
-                return computation(*inputs)
+                try:
+                    return computation(*inputs)
+                except Misspeculation as m:
+                    return self._respeculate(args, kwargs, entry, m)
         return self._miss(args, kwargs)
 
-    def _lookup(self, args: tuple, kwargs: dict) -> Any:
-        """The dispatch of `__call__`, for the slow path: (entry, computation inputs) or None."""
+    def _lookup(self, args: tuple, kwargs: dict, failed: tuple = ()) -> Any:
+        """The dispatch of `__call__`, for the slow path: (entry, computation inputs) or None; entries in `failed`
+        (which misspeculated on this call) are skipped."""
         cache = self._cache
         for key_fn, index in cache.indexes:
             try:
@@ -115,14 +129,36 @@ class CompiledFunction:
             except Exception:  # noqa: BLE001 - inputs of another structure: not this index
                 rows = ()
             for prologue, _, entry in rows:
-                inputs = prologue(*args, **kwargs)
+                inputs = None if entry in failed else prologue(*args, **kwargs)
                 if inputs is not None:
                     return entry, inputs
         for prologue, _, entry in cache.scan:
-            inputs = prologue(*args, **kwargs)
+            inputs = None if entry in failed else prologue(*args, **kwargs)
             if inputs is not None:
                 return entry, inputs
         return None
+
+    def _respeculate(self, args: tuple, kwargs: dict, entry: CacheEntry, m: Misspeculation,
+                     counted: bool = True) -> Any:  # fmt: skip
+        """`entry` took the wrong side of a branch on tensor data (ir/speculation.py): run the entry that takes
+        the sides the data took, compiling it where none does. (`counted`: the failed call was counted a hit.)"""
+        failed, sides = (), {}  # entries that failed on this call; the sides its data took, as learned so far
+        for _ in range(_MAX_RESPECULATIONS):
+            entry.hits -= counted  # a call that misspeculated is no hit
+            failed, sides = (*failed, entry), {**sides, **m.sides}
+            with self._lock:
+                found = self._lookup(args, kwargs, failed)
+                counted = found is not None
+                if not counted and len(self._entries) >= self._limit():
+                    return self._over_limit(args, kwargs)
+                entry, inputs = found if counted else self._compile(args, kwargs, sides)
+            entry.hits += counted
+            self._last = entry
+            try:
+                return entry.computation(*inputs)
+            except Misspeculation as again:
+                m = again
+        raise SpecEngineError(f"internal error: {self.__qualname__} kept misspeculating on tensor data: {m}")
 
     def _miss(self, args: tuple, kwargs: dict) -> Any:
         if trace_context.current() is not None:  # called while tracing (e.g. recursion): trace through it
@@ -141,9 +177,12 @@ class CompiledFunction:
             else:
                 entry, inputs = self._compile(args, kwargs)
         self._last = entry
-        return entry.computation(*inputs)
+        try:
+            return entry.computation(*inputs)
+        except Misspeculation as m:
+            return self._respeculate(args, kwargs, entry, m, found is not None)
 
-    def _compile(self, args: tuple, kwargs: dict) -> tuple[CacheEntry, tuple]:
+    def _compile(self, args: tuple, kwargs: dict, speculation: dict | None = None) -> tuple[CacheEntry, tuple]:
         reasons = [e.prologue.explain(args, kwargs) or "passed" for e in self._entries]
         auto_dynamic, seen = self._auto_dynamic, self._seen
         if self._options.dynamic is None:
@@ -152,7 +191,7 @@ class CompiledFunction:
             seen = {**current, **seen}
         start = time.perf_counter()
         with _gc_paused():
-            entry = compile_entry(self._fn, args, kwargs, self._options, auto_dynamic, self._promoted)
+            entry = compile_entry(self._fn, args, kwargs, self._options, auto_dynamic, self._promoted, speculation)
         pg_timeouts.after_compile(time.perf_counter() - start)  # other ranks may be compiling as long: wait for them
         inputs = entry.admit(args, kwargs, self._cache.key_fn(entry))  # before it is kept: a broken one keeps nothing
         if inputs is None:
@@ -243,10 +282,12 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _trace_stage(fn: Callable, specs: InputSpecs, options: Options) -> tuple[list[Trace], Decider, Any]:
+def _trace_stage(fn: Callable, specs: InputSpecs, options: Options,
+                 speculation: dict) -> tuple[list[Trace], Decider, Any]:  # fmt: skip
     retrace = {"concrete": False, "pin_comparisons": False}  # how the next trace decides (Decider)
     while True:
         decider = Decider(specs.hints, specs.ranges, options.timeout_ms)
+        decider.speculation = speculation
         decider.concrete, decider.pin_comparisons = retrace["concrete"], retrace["pin_comparisons"]
         for constraint, provenance in mark_constraints(specs):
             decider.record(constraint, provenance)
@@ -345,16 +386,17 @@ def _prologue_stage(fn: Callable, specs: InputSpecs, solution: Solution, final: 
                           contiguous, torch_settings.resolved(reads))  # fmt: skip
 
 
-def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
-                  auto_dynamic: frozenset[str] = frozenset(), promoted: frozenset = frozenset()) -> CacheEntry:  # fmt: skip
-    """The compile pipeline: describe inputs, trace, solve, specialize and claim, generate the prologue."""
+def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options, auto_dynamic: frozenset[str] = frozenset(),
+                  promoted: frozenset = frozenset(), speculation: dict | None = None) -> CacheEntry:  # fmt: skip
+    """The compile pipeline: describe inputs, trace, solve, specialize and claim, generate the prologue.
+    `speculation`: the sides to take of branches on tensor data (ir/speculation.py)."""
     times = {"start": time.perf_counter(), "frontend": 0.0}
     for _ in range(64):
         described = time.perf_counter()
         specs = describe_inputs(fn, args, kwargs, options.dynamic, auto_dynamic, promoted)
         times["frontend"] += time.perf_counter() - described  # (walks of module state, fingerprints)
         try:
-            traces, decider, state = _trace_stage(fn, specs, options)
+            traces, decider, state = _trace_stage(fn, specs, options, speculation or {})
             break
         except Promote as p:  # `self.steps += 1`: trace again with the attribute as a symbolic input
             promoted = promoted | {p.key}
@@ -377,7 +419,7 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     entry_fn = with_writes(entry_fn, specs.writes)
     times["codegen"] = time.perf_counter()
     key = (_static_key(specs), solution.key, torch.is_grad_enabled(), uses_default_dtype and torch.get_default_dtype(),
-           _autocast_state(), reads)  # fmt: skip
+           _autocast_state(), reads, tuple(decider.speculated))  # fmt: skip
     stats = {**_stats(times, decider, solution), "origin": "trace"}
     index = build_index_key(function_name(fn), specs, dict(solution.pinned))
     traces_log.info("final computation of %s:\n%s", function_name(fn), traces[-1])
@@ -385,6 +427,8 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options,
     entry.prologue_sources = specs.sources.__getitem__
     entry.promoted = promoted
     entry.material = persist.Material(specs, getattr(state, "ran_codes", {}), traces[-1], plan)
+    if decider.speculated:  # TODO(issue 23): a disk entry keyed by its speculated sides
+        entry.material, entry.stats["not_saved"] = None, "it speculates on tensor data (a branch on .item())"
     return entry
 
 

@@ -54,3 +54,16 @@ class DataDependentCheckError(SpecEngineError, RuntimeError):
     user's source line, the symbol's origin and the values seen. The data contradicted the trace: no entry
     computes a wrong result for it, and no recompile would help (the data is not an input the prologue reads).
     """
+
+
+class Misspeculation(DataDependentCheckError):
+    """The data took the other side of a branch that an entry speculated on (ir/speculation.py).
+
+    Dispatch catches it and tries another entry, or compiles one that takes `sides` (condition and line -> side);
+    it reaches a user only from an entry run outside dispatch.
+    """
+
+    def __init__(self, sides: dict[str, bool]):
+        super().__init__("the data took another side of a speculated branch: " + "; ".join(
+            f"{k}: {v}" for k, v in sides.items()))  # fmt: skip
+        self.sides = sides

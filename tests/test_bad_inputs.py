@@ -66,10 +66,10 @@ def _global(a):
 
 
 _BAD: dict[str, Callable] = {
-    "item": lambda a: a * 2 if a.sum().item() > 0 else a,  # a branch on a data-dependent value
+    "item": lambda a: (a.add_(1), a * 2 if a.sum().item() > 0 else a)[1],  # a data branch after an input write
     "tolist": lambda a: a * len(a.reshape(1, -1).tolist()),  # 2-D
     "nonzero": lambda a: a * len(torch.nonzero(a)),  # a data-dependent size pinned
-    "bool": lambda a: a * 2 if a.sum() > 0 else a,
+    "bool": lambda a: (a.add_(1), a * 2 if a.sum() > 0 else a)[1],  # as "item", through Tensor.__bool__
     "print": _print,
     "global": _global,
     "closed_over_inplace": lambda a: BUFFER.add_(a),
@@ -154,13 +154,14 @@ CASES = [
          r"The expanded size of the tensor \(4\) must match the existing size \(3\)"),
     Case("zero-division", divide, (T(3), 2), (T(3), 0), ZeroDivisionError, r"integer division or modulo by zero"),
     Case("item", flagged, (T(3), ""), (T(3), "item"), UNSUPPORTED, r"^a branch on data-dependent u0 \(item\(\) at "
-         r"test_bad_inputs.py:\d+\) is not supported .*test_bad_inp",
+         r"test_bad_inputs.py:\d+\) is not supported .*test_bad_inp.*cannot be taken by speculation: `add_`",
          eager=False),
     Case("tolist", flagged, (T(3), ""), (T(3), "tolist"), UNSUPPORTED, r"^Tensor.tolist is not supported", eager=False),
     Case("nonzero", flagged, (T(3), ""), (T(3), "nonzero"), UNSUPPORTED, r"^a concrete value of data-dependent u0 "
          r"\(rows of nonzero at test_bad_inputs.py:\d+\) is not supported", eager=False),
-    Case("bool-of-tensor", flagged, (T(3), ""), (T(3), "bool"), UNSUPPORTED, r"^Tensor.__bool__ is not supported .*"
-         r"use torch.where", eager=False),
+    Case("bool-of-tensor", flagged, (T(3), ""), (T(3), "bool"), UNSUPPORTED, r"^a branch on data-dependent u0 "
+         r"\(item\(\) at test_bad_inputs.py:\d+\) is not supported .*cannot be taken by speculation: `add_`",
+         eager=False),
     Case("format-tensor", flagged, (T(3), ""), (T(3), "format"), UNSUPPORTED, r"^format\(Tensor\) is not supported",
          eager=False),
     Case("print", flagged, (T(3), ""), (T(3), "print"), UNSUPPORTED,

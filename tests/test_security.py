@@ -128,3 +128,17 @@ def test_a_module_attribute_with_code_in_its_name_stays_data(generated):
     x = torch.randn(3)
     torch.testing.assert_close(cfn(x), m(x))
     _assert_payload_is_never_code(generated())
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r", "\r\n", "\x0c\n", "\u2028"])
+def test_a_filename_with_code_after_a_newline_stays_a_comment(newline, generated, capfd):
+    """The computation prints the user's file and line above each op: a code object's filename (any string
+    `compile()` was given) must not end that comment and add a line of code."""
+    glb: dict = {}
+    exec(compile("def f(x):\n    return x * 2\n", f"evil{newline}  {PAYLOAD}{newline}  #", "exec"), glb)
+    cfn = specengine.compile(glb["f"], dynamic=True)
+    for n in (2, 0, 1, 3):
+        torch.testing.assert_close(cfn(torch.ones(n)), torch.ones(n) * 2)
+    assert counts(cfn) == (1, 3)
+    _assert_payload_is_never_code(generated())
+    assert "pwned" not in capfd.readouterr().out

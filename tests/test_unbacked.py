@@ -39,6 +39,14 @@ def _data_sweep(fn, calls) -> specengine.CompiledFunction:
     return cfn
 
 
+def _sides_sweep(fn, calls) -> specengine.CompiledFunction:
+    """Run every call against eager (a program that branches on data: one entry per side, tests/test_speculation.py)."""
+    cfn = specengine.compile(fn, dynamic=True)
+    for args in calls:
+        torch.testing.assert_close(cfn(*args), fn(*args))
+    return cfn
+
+
 def _same_shape_calls(n: int, cols: int | None = None) -> list[tuple]:
     x = torch.randn(n) if cols is None else torch.randn(n, cols)
     return [(x, m) for m in _masks(n)]
@@ -182,23 +190,40 @@ def test_torch_check_on_unbacked_is_asserted():
         cfn(torch.tensor(11))
 
 
-def test_branch_on_item_value_is_refused():
+def test_branch_on_item_value_is_speculated():  # one entry per side (tests/test_speculation.py)
     def f(t, x):
         return x * 2 if t.item() > 0 else x
 
     cfn = specengine.compile(f, dynamic=True)
-    with pytest.raises(UnsupportedOpError, match=r"data-dependent u0 .*test_unbacked.py:\d+.*torch.where.*check"):
+    for k, n in ((3, 2), (-1, 0), (5, 1), (0, 2), (7, 2)):
+        t, x = torch.tensor(k), torch.randn(n)
+        torch.testing.assert_close(cfn(t, x), f(t, x))
+    assert counts(cfn) == (2, 4)  # the first call compiles both sides: its speculation (False) failed
+
+
+def test_branch_on_item_value_after_an_input_write_is_refused():
+    def f(t, x):
+        x.add_(1)
+        return x * 2 if t.item() > 0 else x
+
+    cfn = specengine.compile(f, dynamic=True)
+    with pytest.raises(UnsupportedOpError, match=r"data-dependent u0 .*test_unbacked.py:\d+.*speculation.*torch.where"):
         cfn(torch.tensor(3), torch.randn(2))
     assert counts(cfn) == (0, 0)
 
 
-def test_branch_on_tensor_data_is_refused():
-    cfn = specengine.compile(lambda x: x if x.sum() > 0 else -x, dynamic=True)
-    with pytest.raises(UnsupportedOpError, match=r"torch.where"):
-        cfn(torch.randn(3))
+def test_branch_on_tensor_data_after_a_random_draw_is_refused():
+    def f(x):
+        x = x + torch.randn(3)
+        return x if x.sum() > 0 else -x
+
+    with pytest.raises(UnsupportedOpError, match=r"speculation: `randn`.*torch.where"):
+        specengine.compile(f, dynamic=True)(torch.randn(3))
     cfn = specengine.compile(lambda x: x * 2 if x.sum().item() > 0 else x, dynamic=True)
-    with pytest.raises(UnsupportedOpError, match=r"specengine.check"):
-        cfn(torch.randn(3))
+    for v in (1.0, -1.0, 3.0):
+        x = torch.full((3,), v)
+        torch.testing.assert_close(cfn(x), x * 2 if v > 0 else x)
+    assert counts(cfn) == (2, 2)  # (the first call's speculation, False, failed: both sides compiled)
 
 
 def test_pinning_an_unbacked_value_is_refused():
@@ -309,9 +334,8 @@ def test_item_values_are_not_sizes_until_checked():
         n = t.item()  # uint8: 0 <= n <= 255, but a value, not a size: no size-oblivious branch
         return x * 2 if n > 0 else x
 
-    cfn = specengine.compile(f, dynamic=True)
-    with pytest.raises(UnsupportedOpError, match="data-dependent u0"):
-        cfn(torch.tensor(3, dtype=torch.uint8), torch.randn(2))
+    cfn = _sides_sweep(f, [(torch.tensor(k, dtype=torch.uint8), torch.randn(2)) for k in (3, 0, 1)])
+    assert counts(cfn) == (2, 2)  # a branch taken by speculation: one entry per side
 
     def g(t, x):
         n = t.item()
@@ -469,12 +493,11 @@ def test_bool_item_is_an_unbacked_bool_value():
     assert "prims.item" in str(specengine.last_traces(cfn)[-1])
 
 
-def test_branch_on_bool_item_is_refused():
-    cfn = specengine.compile(lambda t, x: x if t.item() else -x, dynamic=True)
-    with pytest.raises(UnsupportedOpError, match=r"data-dependent u0 \(item\(\) at test_unbacked.py:\d+.*torch.where.*"
-                       r"specengine.check"):  # fmt: skip
-        cfn(torch.tensor(True), torch.randn(2))
-    assert counts(cfn) == (0, 0)
+def test_branch_on_bool_item_is_speculated():
+    cfn = _sides_sweep(
+        lambda t, x: x if t.item() else -x, [(torch.tensor(b), torch.randn(2)) for b in (True, False, True)]
+    )
+    assert counts(cfn) == (2, 2)
 
 
 def test_division_by_a_data_dependent_value_raises_pythons_error_at_run_time():

@@ -80,6 +80,8 @@ class Decider:
         self.concrete = False  # every size and number input is pinned where the trace reads it (a retrace)
         self.pin_comparisons = False  # a comparison of symbolic numbers is decided where it is made (a retrace)
         self.symbolic_bools = 0  # comparisons that returned a symbolic bool to the program
+        self.speculation: dict[str, bool] = {}  # sides to take of branches on tensor data (ir/speculation.py)
+        self.speculated: list[tuple[str, bool]] = []  # the sides this trace took, in order
         self._memo: dict[E.Expr, bool] = {}
         self._z3_env: dict[str, z3.ArithRef] = {}
         self._z3_terms: dict[E.Expr, Any] = {}  # recorded constraints translated once

@@ -24,6 +24,7 @@ class OpsHooks:
     prims: Any = None  # specengine.ops.prims: shape queries and scalar arithmetic
     dispatch_torch: Callable | None = None  # specengine.ops.registry.dispatch_torch: __torch_function__ calls
     fallback_method: Callable[[str], Callable | None] | None = None  # Tensor methods without a rule (generic path)
+    writes_fresh: Callable[[Any, Any], bool] | None = None  # ops.overlap.writes_fresh: an op writes no input's memory
 
 
 HOOKS = OpsHooks()

@@ -209,7 +209,7 @@ class TraceState:
             if self.decider.unbacked.mentions(b):  # a value of `.item()` of a float tensor: nothing is decided on it
                 if b.op == "same":  # a pin (`float(v)`, `math.exp(v)`, a Python float argument)
                     raise unbacked.pin_error(b.args[0], op, reason)
-                raise unbacked.branch_error(b, op)
+                return unbacked.branch(self, b, op)
             return self.decider.decide_float(b, user_frame(op, reason))
         if b.op == "bconst":
             return b.value

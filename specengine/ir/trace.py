@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 import types
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -156,7 +157,7 @@ class TracePrinter:
         for bsym in t.bsyms:
             src = bsym.source
             if src is not None and (src.filename, src.lineno) != last_source:
-                lines.append(f"\n{indent}# {src.filename}:{src.lineno}: \t{src.source_line}")
+                lines.append(f"\n{indent}# {_comment(src.filename)}:{src.lineno}: \t{_comment(src.source_line)}")
                 last_source = (src.filename, src.lineno)
             lines += self.bsym_lines(bsym, indent, commented=False)
         lines.append(f"{indent}return {format_value(t.output, self.consts)}")
@@ -224,3 +225,11 @@ def _used_names(trace: Trace) -> set[str]:
                 if t is NumberProxy:
                     used.update(x.expr.free_symbols())
     return used
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+
+
+def _comment(text: str) -> str:
+    """Text that stays one comment line (a filename or source line with a newline cannot end it and add code)."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text))

@@ -31,6 +31,7 @@ from specengine.constraints.unbacked import UnbackedSymbol, hint_value
 from specengine.errors import DataDependentCheckError, UnsupportedOpError
 from specengine.ir import context
 from specengine.ir.base import _prims
+from specengine.ir.speculation import first_unrepeatable, speculate
 from specengine.ir.symbol import BoundSymbol
 from specengine.provenance import user_frame
 
@@ -94,17 +95,35 @@ def decide(state: Any, b: E.Expr, op: str, reason: str) -> bool:
         value = decider.prove(b, oblivious)
     if value is None:
         if op in _BRANCH_OPS:
-            raise branch_error(b, op)
+            return branch(state, b, op)
         value = True  # an op's own check, stated as the condition under which it is valid
     assume(state, b if value else E.not_(b), op, reason)
     return value
 
 
-def branch_error(b: Any, op: str) -> UnsupportedOpError:
+def branch(state: Any, b: Any, op: str) -> bool:
+    """A branch of the program on data that no fact decides: `if mask.any().item():` takes a side by speculation,
+    asserted at run time (each side is an entry); where that cannot be (an op before it is not repeatable, or the
+    value is needed as a number: `int(u)`), it is refused."""
+    blocker = first_unrepeatable(state) if op == "bool" else None
+    if op == "bool" and blocker is None:
+        return speculate(state, b, op)
+    raise branch_error(b, op, blocker)
+
+
+def branch_error(b: Any, op: str, blocker: Any = None) -> UnsupportedOpError:
     names = ", ".join(describe(s) for s in sorted(b.free_symbols()) if s in context.require().decider.unbacked.symbols)
+    why = (
+        ""
+        if blocker is None
+        else (
+            f" (it cannot be taken by speculation: `{blocker.sym.name}`"
+            f"{' at ' + blocker.source.where if blocker.source else ''} ran before it, and running it again is observable)"
+        )
+    )
     return UnsupportedOpError(f"a branch on data-dependent {names}", user_frame(op).where,
-                              f"`{b}` depends on tensor data; compute both sides with torch.where, or state what your "
-                              f"program relies on with specengine.check(...) before it (asserted at run time)")  # fmt: skip
+                              f"`{b}` depends on tensor data{why}; compute both sides with torch.where, or state what "
+                              f"your program relies on with specengine.check(...) before it (asserted at run time)")  # fmt: skip
 
 
 def proved_value(state: Any, e: E.Expr) -> int | None:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from specengine.constraints import expr as E
-from specengine.ir import context, unbacked
+from specengine.ir import context, speculation, unbacked
 from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported
 from specengine.ir.symbol import BoundSymbol
 from specengine.ops import prims
@@ -48,6 +48,12 @@ def unbacked_size(t: TensorProxy, dim: int, what: str) -> NumberProxy:
 @prims.prim("check_sym", impl=unbacked.check_sym_impl, pure=False)
 def check_sym(cond: Any, message: str, names: tuple, values: tuple) -> None:
     """Raise DataDependentCheckError(message) at run time unless `cond` (over unbacked symbols) holds."""
+    return None
+
+
+@prims.prim("check_speculation", impl=speculation.check_speculation_impl, pure=False)
+def check_speculation(cond: Any, key: str, value: bool, taken: tuple) -> None:
+    """Raise Misspeculation at run time unless the data took the side `key` speculated (ir/speculation.py)."""
     return None
 
 
@@ -126,8 +132,21 @@ def tolist(t: TensorProxy) -> Any:
     return [item(prims.squeeze(prims.slice_prim(t, (i,), (i + 1,), (1,)), (0,))) for i in range(n)]
 
 
+def tensor_bool(t: TensorProxy) -> bool:
+    """`bool(t)`, `if t:`, `if (x > 0).any():` of a one-element tensor: a branch on its value, `t.item() != 0`
+    (taken by speculation, ir/speculation.py, or refused by name); eager's RuntimeError for other sizes."""
+    if t.dtype.is_complex:
+        raise unsupported("Tensor.__bool__ of a complex tensor", "complex values are not traced; use torch.where")
+    numel = _numel(t.dims)
+    if not decide(E.eq(numel, 1), "bool", "bool() needs one element"):
+        what = "no values" if numel.eval(context.require().decider.hints) == 0 else "more than one value"
+        raise RuntimeError(f"Boolean value of Tensor with {what} is ambiguous")
+    return bool(item(t))
+
+
 TensorProxy.item = item
 TensorProxy.tolist = tolist
+TensorProxy.__bool__ = tensor_bool
 
 
 # Output sizes from data.

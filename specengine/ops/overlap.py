@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from specengine.constraints import expr as E
-from specengine.ir import context, leaves
+from specengine.ir import context, leaves, proxies
 from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported
 from specengine.ops.layouts import example_layout
 
@@ -111,9 +111,10 @@ class Examples:
         hit = self._walk(self.memo, proxy, before, _tensor_args, compute)
         return hit[2], hit[3]
 
-    def roots(self, proxy: TensorProxy) -> frozenset:
-        """The tensors (as bound) whose storage `proxy` may share now, found without running anything: an op that
-        makes a new tensor (by its aten schema) is a root; through any other op, the roots of its tensor inputs."""
+    def roots(self, proxy: TensorProxy, before: int | None = None) -> frozenset:
+        """The tensors (as bound) whose storage `proxy` may share now (or before position `before`), found without
+        running anything: an op that makes a new tensor (by its aten schema) is a root; through any other op, the
+        roots of its tensor inputs."""
 
         def compute(p: TensorProxy, pos: int, bsym: Any) -> frozenset:
             if bsym is None:  # an input: distinct inputs may share a storage
@@ -123,7 +124,7 @@ class Examples:
                 return frozenset([self._key(p, pos)])
             return frozenset().union(*(self.root_memo[self._key(a, self._binding(a, pos))] for a in _tensor_args(bsym)))
 
-        return self._walk(self.root_memo, proxy, None, lambda b: [] if _fresh(b) else _tensor_args(b), compute)
+        return self._walk(self.root_memo, proxy, before, lambda b: [] if _fresh(b) else _tensor_args(b), compute)
 
     def _walk(self, memo: dict, proxy: TensorProxy, before: int | None, inputs: Any, compute: Any) -> Any:
         """`compute(proxy, position, binding bsym or None)` for `proxy` as bound before `before`, memoized in `memo`,
@@ -406,3 +407,38 @@ def _pin(state: Any, deps: tuple, op: str) -> None:
         state.facts.contiguous.add(name)
     for e in dict.fromkeys(x for x in deps if not isinstance(x, str)):
         state.pin(e, op, "an exception handler in the function observes whether the write overlaps its inputs")
+
+
+_WRITES = frozenset({"copy_to", "setitem_mask"})  # prims whose only effect is writing their first tensor argument
+_CHECKS = frozenset({"assert_all", "check_sym", "check_speculation", "check_divisor"})  # raise or do nothing
+
+
+def _only_writes(bsym: Any) -> bool:
+    """Whether every impure prim an op is made of writes a tensor or checks, and it has at least one."""
+    if bsym.sym.pure:
+        return True
+    if bsym.sym.is_prim:
+        return bsym.sym.name in _WRITES or bsym.sym.name in _CHECKS
+    return bool(bsym.subsymbols) and all(_only_writes(s) for s in bsym.subsymbols)
+
+
+def writes_fresh(state: Any, bsym: Any) -> bool:
+    """Whether a top-level impure op is unobservable when the computation runs it again: it only writes (or checks),
+    and no tensor it touches may share memory with an input (a parameter, a buffer, an argument), by the roots of
+    each as bound before the op (ir/speculation.py asks this)."""
+    if bsym.sym.is_prim and bsym.sym.name in _CHECKS:
+        return True
+    if not _only_writes(bsym):
+        return False
+    ex = _examples(state)
+    ex.sync()
+    pos = next((i for i, b in enumerate(ex.top) if b is bsym), None)
+    if pos is None:
+        return False
+    for a in _tensor_args(bsym):
+        if any(key[0] == "storage" or key[1] == 0 for key in ex.roots(a, pos)):
+            return False  # an input's storage (or one an input may share)
+    return True
+
+
+proxies.HOOKS.writes_fresh = writes_fresh

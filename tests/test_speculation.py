@@ -1,0 +1,165 @@
+"""Branches on tensor data, taken by speculation (ir/speculation.py): each side is an entry, asserted at run time.
+
+Generated: conditions on data (`.item()` compared, a tensor's truth value, `any()`/`all()`, an int count of data)
+x what ran before the branch (nothing, a pure op, a write to a tensor made inside, dropout in eval mode) x the three
+dynamic modes. Every call sequence shows each size both sides, in both orders, so an entry compiled for one side is
+offered data of the other: outputs equal eager's over sizes 2, 0, 1, 3, and every shape class costs exactly two
+compiles (one per side) however its calls alternate. (A first call that takes the other side compiles both: the
+hand-written cases below.) What makes speculation impossible (an input written, a random
+draw, a print before the branch) is refused by name, leaving the cache and the inputs as they were.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import counts
+
+import specengine
+from specengine.errors import UnsupportedOpError
+
+MODES = (True, None, False)
+CONDITIONS = {
+    "item_gt": "t.sum().item() > 0",
+    "tensor_gt": "t.sum() > 0",
+    "any_item": "(t > 0).any().item()",
+    "any_bool": "(t > 0).any()",
+    "all_bool": "(t > -1).all()",
+    "not_any": "not (t < -0.75).any()",  # (inverted: `any()` is what is speculated on; see _side)
+    "count_item": "(t > 0).sum().item() >= 2",
+}
+BEFORE = {
+    "nothing": "",
+    "pure": "    x = x * 2\n",
+    "fresh_write": "    y = x.clone()\n    y[0:1] = 0\n    x = y\n",
+    "dropout_eval": "    x = F.dropout(x, 0.5, training=False)\n",
+}
+REFUSED = {
+    "input_write": ("    x.add_(1)\n", "add_"),
+    "random": ("    x = x + torch.rand_like(x)\n", "rand_like"),
+    "print": ("    print('n', x.shape[0])\n", "print"),
+}
+SIDES = {True: torch.tensor([1.0, 2.0, -0.5]), False: torch.tensor([-1.0, -2.0, 0.0])}  # count_item: 2 vs 0 > 0
+# each size's first call takes the side speculated by default (False), so every compile is a call's only one
+CALLS = [(2, False), (2, True), (0, False), (0, True), (1, False), (1, True), (3, False), (3, True), (2, True),
+         (2, False), (1, True), (3, False)]  # fmt: skip
+
+
+def _program(condition: str, before: str):
+    src = f"def f(x, t):\n{before}    if {condition}:\n        return x + 1\n    return x - 1\n"
+    glb = {"torch": torch, "F": F}
+    exec(compile(src, f"<gen {condition} | {before.strip()}>", "exec"), glb)
+    return glb["f"]
+
+
+def _classes(dynamic) -> int:
+    """Entries a program without the branch needs over CALLS' sizes."""
+    cf = specengine.compile(lambda x, t: x + 1, dynamic=dynamic)
+    for n, side in CALLS:
+        cf(torch.randn(n, 2), SIDES[side])
+    return specengine.cache_misses(cf)
+
+
+def _side(condition: str, side: bool) -> torch.Tensor:
+    """Data for a side, where the speculated value is `side` (a `not` inverts what the branch reads)."""
+    return SIDES[side != condition.startswith("not ")]
+
+
+def _run(f, dynamic, condition: str):
+    cf = specengine.compile(f, dynamic=dynamic)
+    for n, side in CALLS:
+        x, t = torch.randn(n, 2), _side(condition, side)
+        torch.testing.assert_close(cf(x, t), f(x, t))
+    return cf
+
+
+CASES = list(itertools.product(CONDITIONS, BEFORE))
+
+
+@pytest.mark.parametrize("dynamic", MODES, ids=lambda d: f"dynamic={d}")
+@pytest.mark.parametrize("condition, before", CASES, ids=["-".join(c) for c in CASES])
+def test_each_side_is_one_entry(condition, before, dynamic):
+    cf = _run(_program(CONDITIONS[condition], BEFORE[before]), dynamic, CONDITIONS[condition])
+    misses = 2 * _classes(dynamic)
+    assert counts(cf) == (misses, len(CALLS) - misses), specengine.recompile_reasons(cf)
+
+
+@pytest.mark.parametrize("before", REFUSED)
+def test_refused_where_the_work_before_is_not_repeatable(before):
+    code, op = REFUSED[before]
+    f = _program(CONDITIONS["any_item"], code)
+    cf = specengine.compile(f, dynamic=True)
+    x = torch.ones(2, 2)
+    with pytest.raises(UnsupportedOpError, match=rf"branch on data-dependent u0.*speculation: `{op}"):
+        cf(x, SIDES[True])
+    assert counts(cf) == (0, 0)
+    torch.testing.assert_close(x, torch.ones(2, 2))  # the input write did not happen
+
+
+def test_two_branches_four_entries_in_any_order():
+    def f(x, a, b):
+        y = x * 2
+        if a.any():
+            y = y + 1
+        if b.sum().item() > 0:
+            y = y * 3
+        return y
+
+    cf = specengine.compile(f, dynamic=True)
+    pos, neg = torch.tensor([1.0]), torch.tensor([-1.0])
+    sides = [(pos, pos), (neg, neg), (pos, neg), (neg, pos), (pos, pos), (neg, pos), (neg, neg), (pos, neg)]
+    for n, (a, b) in zip(itertools.cycle((2, 0, 1, 3)), sides):
+        x = torch.randn(n)
+        torch.testing.assert_close(cf(x, a > 0, b), f(x, a > 0, b))
+    assert specengine.cache_misses(cf) == 4
+    assert specengine.cache_hits(cf) == len(sides) - 2  # calls 1 (three entries) and 4 (one) compiled
+
+
+def test_a_module_branching_on_its_mask():
+    class Masked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x, mask):
+            h = self.lin(x)
+            if mask.any():  # (as Longformer's `is_index_global_attn.flatten().any().item()`)
+                h = h.masked_fill(mask[..., None], 0.0)
+            return h.relu()
+
+    m = Masked().eval()
+    cm = specengine.compile(m, dynamic=True)
+    for b, t, hot in [(2, 5, False), (2, 5, True), (1, 3, True), (3, 1, False), (2, 2, True)]:
+        x, mask = torch.randn(b, t, 3), torch.zeros(b, t, dtype=torch.bool)
+        if hot:
+            mask[0, 0] = True
+        torch.testing.assert_close(cm(x, mask), m(x, mask))
+    assert counts(cm) == (2, 3)
+
+
+def test_the_failed_side_writes_nothing_the_caller_sees():
+    def f(x, t):
+        y = x.clone()
+        y.mul_(10)  # a write to a tensor made inside: repeatable
+        if t.any():
+            return y + x
+        return y - x
+
+    cf = specengine.compile(f, dynamic=True)
+    x = torch.ones(3)
+    for side in (True, False, True):
+        t = torch.tensor([side])
+        torch.testing.assert_close(cf(x, t), f(x, t))
+    torch.testing.assert_close(x, torch.ones(3))
+    assert counts(cf) == (2, 2)  # the first call compiled both sides
+
+
+def test_entries_name_the_side_they_took():
+    cf = specengine.compile(lambda x, t: x + 1 if t.any() else x - 1, dynamic=True)
+    cf(torch.ones(2), torch.tensor([True]))
+    sources = [str(e.traces[-1]) for e in cf._entries]
+    assert any("check_speculation(u0 != 0" in s and "True" in s for s in sources), sources
+    assert any("check_speculation(u0 == 0" in s for s in sources), sources
