@@ -69,3 +69,21 @@ def test_generations_compile_twice_equal_to_eager(name):
     assert row.compiles == 3
     full = "kwargs['cache'].layers[0].cumulative_length >= kwargs['cache'].layers[0].sliding_window"
     assert full in row.last_guards
+
+
+def test_longformer_runs_its_chunked_attention_as_users_call_it():
+    """Longformer's `torch.div(seq_len, w, rounding_mode="trunc")` sizes (number tensors), `as_strided` over
+    `x.stride()` (strides read at run time) and `if is_index_global_attn.flatten().any().item():` (speculated):
+    equal to eager; its own `if padding_len > 0:` (a sequence length not a multiple of the window) is the second
+    entry, the optimum for a tracing JIT (torch.compile: 17 graphs over the sweep)."""
+    case = model_sweep.hf_cases(quick=True)["longformer"]
+    model = model_sweep.hf_model("longformer", layers=1)
+    shapes = [(2, 5), (1, 8), (3, 6), (2, 16)]  # padded, not padded, padded, not padded
+    with torch.no_grad():
+        refs = [model(**case.inputs(model, b, t)) for b, t in shapes]
+        cfn = specengine.compile(model, dynamic=True)
+        case.shapes = shapes
+        run = model_sweep.sweep_engine(cfn, case, model, refs, lambda: specengine.cache_misses(cfn))
+    assert run.error == "" and run.works and run.wrong == 0
+    assert (specengine.cache_misses(cfn), specengine.cache_hits(cfn)) == (2, 2)
+    assert "%8 > 0" in specengine.recompile_reasons(cfn)[0]

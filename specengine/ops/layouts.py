@@ -3,8 +3,8 @@
 - `x.layout` is `torch.strided` for every traced tensor: inputs of another layout (sparse, mkldnn) are refused
   when a call is described, and the prologue checks each input's layout.
 - `x.is_contiguous(memory_format=...)` of an input (or of a tensor closed over from outside) is the value seen at
-  compile time, and the prologue checks it on every call (a guarded fact). Strides of computed tensors are not
-  tracked: asking for them is refused. (`.contiguous(memory_format=...)` and `.to(memory_format=...)` are
+  compile time, and the prologue checks it on every call (a guarded fact); of a computed tensor it is refused.
+  Strides are read from the real tensor at run time (ops/ltorch_strides.py). (`.contiguous(memory_format=...)` and `.to(memory_format=...)` are
   torch-level ops that the torch executor runs as they are, so their outputs have eager's strides.)
 """
 
@@ -14,10 +14,8 @@ from typing import Any
 
 import torch
 
-from specengine.errors import UnsupportedOpError
 from specengine.ir import context
 from specengine.ir.proxies import TensorProxy, unsupported
-from specengine.ops.generic import generic_method
 
 _FORMATS = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
 
@@ -60,21 +58,7 @@ def is_contiguous(self: TensorProxy, memory_format: Any = torch.contiguous_forma
     return value
 
 
-def stride(self: TensorProxy, dim: Any = None) -> Any:
-    """The generic path's answer where it has one (constant strides); else refused: traced tensors carry no symbolic
-    strides (each op's real kernel decides its layout at run time)."""
-    try:
-        return generic_method("stride").__get__(self)(*(() if dim is None else (dim,)))
-    except UnsupportedOpError:
-        pass
-    raise unsupported("Tensor.stride", "strides of traced tensors are not modelled (the real op decides the layout "
-                      "at run time), so as_strided windows cannot be built from them: use x.unfold(dim, size, step) "
-                      "for overlapping windows (transformers' Longformer: set config.onnx_export = True), or "
-                      "compute the strides outside the compiled function")  # fmt: skip
-
-
 TensorProxy.layout = property(_layout)
-TensorProxy.stride = stride
 # static facts: such inputs are refused when a call is described, and the prologue checks the layout
 for _flag in ("is_nested", "is_sparse", "is_sparse_csr", "is_quantized", "is_mkldnn"):
     setattr(TensorProxy, _flag, property(lambda self: False))

@@ -20,6 +20,7 @@ from specengine.ops.ltorch_literals import *  # noqa: F403
 from specengine.ops.ltorch_losses import *  # noqa: F403
 from specengine.ops.ltorch_nn import *  # noqa: F403
 from specengine.ops.ltorch_reductions import *  # noqa: F403
+from specengine.ops.ltorch_strides import *  # noqa: F403
 from specengine.ops.ltorch_views import *  # noqa: F403 - shape ops are `ltorch.*` too
 
 print_module("ltorch", sys.modules[__name__])

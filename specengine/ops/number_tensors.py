@@ -18,7 +18,7 @@ import torch
 from specengine.ir import context
 from specengine.ir.proxies import NumberProxy, TensorProxy
 
-__all__ = ["is_int", "known_values", "known_number", "note_number"]
+__all__ = ["is_int", "known_values", "known_number", "note_number", "note_constant"]
 
 
 def is_int(v: Any) -> bool:
@@ -70,6 +70,14 @@ def note_number(out: Any, prim: str, args: tuple, kwargs: dict) -> None:
         return
     state = context.require()
     state.literals[id(out)] = (out, len(state.bsyms), fn(*values))
+
+
+def note_constant(out: Any, value: int) -> None:
+    """Record that `out` holds the int `value`: a factory of Python numbers only, run once while tracing
+    (`torch.div(8, 4, rounding_mode="trunc")` with static sizes), whose op computes the same value on every call."""
+    if isinstance(out, TensorProxy):
+        state = context.require()
+        state.literals[id(out)] = (out, len(state.bsyms), value)
 
 
 def _number_protocol(name: str, to_python: Any, symbolic: bool) -> None:

@@ -28,6 +28,7 @@ from specengine.ir.literals import show
 from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy, is_outside_tensor, unsupported
 from specengine.ir.symbol import Symbol, tree_leaves, tree_map
 from specengine.ir.trace import format_value
+from specengine.ops.number_tensors import note_constant
 from specengine.provenance import _is_internal
 
 _FACTORIES: dict[tuple[Callable, bool], Symbol] = {}
@@ -153,9 +154,12 @@ def constant_factory(func: Callable, args: tuple, kwargs: dict, random: bool = F
             state.facts.read_default_dtype()
     token = _example.set(out)
     try:
-        return state.record(sym, args, kwargs)
+        proxy = state.record(sym, args, kwargs)
     finally:
         _example.reset(token)
+    if not drew and out.ndim == 0 and out.dtype is torch.int64 and not _has_tensor((args, kwargs)):
+        note_constant(proxy, int(out))  # `torch.div(8, 4, rounding_mode="trunc")`: a number tensor (its value)
+    return proxy
 
 
 _example: contextvars.ContextVar[torch.Tensor] = contextvars.ContextVar("specengine_factory_example")
@@ -206,3 +210,7 @@ def _name(func: Callable) -> str:
 
 def has_proxy(tree: Any) -> bool:
     return any(isinstance(x, Proxy) for x in tree_leaves(tree))
+
+
+def _has_tensor(tree: Any) -> bool:
+    return any(isinstance(x, torch.Tensor) for x in tree_leaves(tree))
