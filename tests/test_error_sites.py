@@ -34,7 +34,7 @@ KINDS = {
     ),
     "unsupported method": ("n = x.numpy()", "torch.Tensor.numpy", None),
     "bad shape": ("x = x.view(7, -1)", "", RuntimeError),
-    "data-dependent branch": ("x = x + 1 if x.sum() > 0 else x", "", None),
+    "data-dependent branch": ("x = (x.add_(1), x + 1 if x.sum() > 0 else x)[1]", "", None),  # (not speculated)
     "data-dependent read": ("v = float(x.sum())", "float()", None),
     "setting changed": ("torch.set_default_dtype(torch.get_default_dtype())", "torch.set_default_dtype", None),
     "library fails inside": ("c = copy.deepcopy([x])", "copy.deepcopy", None),
