@@ -297,9 +297,19 @@ def _trace_stage(fn: Callable, specs: InputSpecs, options: Options,
             continue  # a Tensor method called through the class from code not scanned: now swapped, trace again
         except effect_strings.Retrace:
             continue  # a symbolic f-string reached something other than an effect: now pinned, trace again
+        except UnsupportedOpError:
+            flipped = _other_side(decider)
+            if flipped is None:
+                raise
+            speculation = flipped  # refused on the side a data branch took by default: try the other one
+            continue
         except (SpecEngineError, Promote):
             raise
         except Exception as e:
+            flipped = _other_side(decider)
+            if flipped is not None:  # the side a data branch took by default raised: take the other one
+                speculation = flipped
+                continue
             if decider.concrete:
                 raise  # with every number real it raises still: the program's own error (eager raises it too)
             recompiles.info("%s raised %s while tracing: traced again with every number concrete",
@@ -317,6 +327,18 @@ def _trace_stage(fn: Callable, specs: InputSpecs, options: Options,
     traces_log.info("traced %s:\n%s", function_name(fn), traced)
     cleaned = passes.dce(passes.cse(traced))
     return [traced, cleaned], decider, state
+
+
+def _other_side(decider: Decider) -> dict | None:
+    """Where the trace raised after taking its last data branch by default (not a side it was asked to take,
+    ir/speculation.py): the sides to trace instead, that branch flipped. (Data that takes the raising side then
+    misspeculates, and its compile raises the program's error: as eager.)"""
+    if not decider.speculated:
+        return None
+    key, value = decider.speculated[-1]
+    if key in decider.speculation:
+        return None
+    return {**dict(decider.speculated[:-1]), key: not value}
 
 
 def _solve_stage(decider: Decider, specs: InputSpecs, options: Options) -> Solution:

@@ -99,3 +99,27 @@ def test_float_results_are_not_numbers():
         f(x)
     with pytest.raises(type(eager.value)):
         specengine.compile(f, dynamic=True)(x)
+
+
+DATA_CONSUMERS = {  # a 0-d tensor of data where torch reads an int: its value, read at run time (no guard)
+    "arange": lambda x, k: torch.arange(k) * 2,
+    "narrow": lambda x, k: x.narrow(0, 0, k) + 1,
+    "narrow_start": lambda x, k: x.narrow(0, k, x.size(0) - k) + 1,
+    "new_zeros": lambda x, k: x.new_zeros((k, 2)),
+    "view": lambda x, k: x[:k].reshape(-1).view(k, 2),
+}
+
+
+@pytest.mark.parametrize("consumer", DATA_CONSUMERS)
+def test_a_tensor_of_data_as_an_int_is_read_at_run_time(consumer):
+    use = DATA_CONSUMERS[consumer]
+
+    def f(x, m):
+        k = m.long().sum()  # data: how many are set
+        return use(x, k)
+
+    cf = specengine.compile(f, dynamic=True)
+    for n, hot in [(4, 2), (4, 0), (5, 1), (3, 3), (2, 2)]:
+        x, m = torch.randn(n, 2), torch.arange(n) < hot
+        torch.testing.assert_close(cf(x, m), f(x, m))
+    assert counts(cf) == (1, 4), specengine.recompile_reasons(cf)  # data never recompiles here

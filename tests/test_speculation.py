@@ -163,3 +163,35 @@ def test_entries_name_the_side_they_took():
     sources = [str(e.traces[-1]) for e in cf._entries]
     assert any("check_speculation(u0 != 0" in s and "True" in s for s in sources), sources
     assert any("check_speculation(u0 == 0" in s for s in sources), sources
+
+
+def test_a_side_that_raises_is_traced_the_other_way_and_raises_as_eager_when_taken():
+    def f(x, t):
+        assert (t > 0).any(), "no positive value"  # the default side (False) raises while tracing
+        return x * 2
+
+    cf = specengine.compile(f, dynamic=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(cf(x, SIDES[True]), x * 2)
+    assert counts(cf) == (1, 0)  # one entry: the raising side has none
+    with pytest.raises(AssertionError, match="no positive value"):
+        f(x, SIDES[False])
+    with pytest.raises(AssertionError, match="no positive value"):
+        cf(x, SIDES[False])
+    torch.testing.assert_close(cf(torch.randn(0), SIDES[True]), torch.randn(0))
+    assert specengine.cache_hits(cf) == 1
+
+
+def test_an_index_write_into_a_tensor_made_inside_is_repeatable():
+    def f(x, idx, t):
+        y = x.new_zeros(x.shape)
+        y[idx] = x[idx]  # the generic path's __setitem__ (index_put_): writes only `y`
+        if (t > 0).any():
+            return y + 1
+        return y - 1
+
+    cf = specengine.compile(f, dynamic=True)
+    for n, side in [(4, False), (4, True), (2, True), (3, False)]:
+        x, idx = torch.randn(n), torch.tensor([0, n - 1])
+        torch.testing.assert_close(cf(x, idx, SIDES[side]), f(x, idx, SIDES[side]))
+    assert counts(cf) == (2, 2)

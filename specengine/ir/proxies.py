@@ -502,4 +502,8 @@ def value_expr(x: Any) -> E.Expr:
         return x.expr
     if isinstance(x, E.Expr):
         return x
+    if isinstance(x, TensorProxy) and HOOKS.tensor_number is not None:  # `x.narrow(-1, 0, t)`: as eager's int(t)
+        number = HOOKS.tensor_number(x, "int")
+        if number is not x:
+            return value_expr(number)
     return E.as_expr(int(x))

@@ -15,7 +15,7 @@ from specengine.constraints import expr as E
 from specengine.ir import context
 from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported, value_expr
 from specengine.ops import prims
-from specengine.ops.number_tensors import known_number
+from specengine.ops.number_tensors import as_number
 from specengine.ops.registry import torchop
 from specengine.ops.utils import decide, example, fmt_shape, hint, shape_arg
 
@@ -71,7 +71,7 @@ def _size_exprs(sizes: tuple, op: str) -> tuple:
     """Sizes as int Exprs; eager's TypeError for a non-int and RuntimeError for a negative size."""
     out = []
     for s in sizes:
-        s = number if (number := known_number(s)) is not None else s
+        s = as_number(s, op)  # a 0-d integer tensor: its int (known, or read at run time), as eager's int(t)
         is_int = s.python_type is int if isinstance(s, NumberProxy) else isinstance(s, (int, E.Expr))
         if not is_int or isinstance(s, bool):
             raise TypeError(f"{op}(): argument 'size' must be tuple of ints, but found element of type "
@@ -213,6 +213,7 @@ def _arange_args(start: Any, end: Any, step: Any) -> tuple:
         start, end = 0, start
     elif start is None:
         start = 0
+    start, end, step = (as_number(v, "arange") for v in (start, end, step))  # a 0-d tensor: its value
     for v in (start, end, step):
         if isinstance(v, TensorProxy):
             raise unsupported("arange with tensor bounds", "reading tensor data is data-dependent; pass numbers")

@@ -15,17 +15,12 @@ import torch
 from specengine.constraints import expr as E
 from specengine.ir import context, speculation, unbacked
 from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported
-from specengine.ir.symbol import BoundSymbol
 from specengine.ops import prims
-from specengine.ops.number_tensors import known_values
+from specengine.ops.number_tensors import item_prim, known_values, read_value  # noqa: F401 - prims.item
 from specengine.ops.registry import torchop
 from specengine.ops.utils import broadcast_shapes, decide
-from specengine.provenance import user_frame
 
 __all__ = ["masked_select", "masked_index", "masked_setitem", "item", "tolist"]
-
-_INT_RANGES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.int16: (-(2**15), 2**15 - 1),
-               torch.int32: (-(2**31), 2**31 - 1), torch.bool: (0, 1)}  # fmt: skip
 
 
 def _numel(dims: tuple) -> E.Expr:
@@ -68,28 +63,12 @@ def check_divisor(value: Any, message: str) -> None:
     return None
 
 
-def _item_impl(t: torch.Tensor, what: str) -> Any:
-    return t.item()
-
-
-@prims.prim("item", impl=_item_impl, tags=("unbacked",))
-def item_prim(t: TensorProxy, what: str) -> NumberProxy:
-    """`t.item()`, the value of an unbacked symbol (emitted by `item` below, which names the output)."""
-    raise AssertionError("prims.item is emitted by the tracer, never called while tracing")
-
-
 def _checked_scalar(t: TensorProxy, op: str) -> None:
     if t.dtype.is_complex:
         raise unsupported(f"Tensor.{op} of a complex tensor", "complex values are not traced; keep the value a "
                           "tensor")  # fmt: skip
     if len(context.require().scopes) != 1:
         raise unsupported(f"Tensor.{op}", "inside an op's decomposition; call it from the program itself")
-
-
-def _value_symbol(t: TensorProxy, what: str) -> Any:
-    lo, hi = _INT_RANGES.get(t.dtype, (None, None))
-    kind = float if t.dtype.is_floating_point else int
-    return unbacked.new_symbol(what, kind, lo, hi, op="item")
 
 
 def item(t: TensorProxy) -> NumberProxy:
@@ -103,14 +82,7 @@ def item(t: TensorProxy) -> NumberProxy:
     if not decide(E.eq(numel, 1), "item", "item() needs one element"):
         raise RuntimeError(f"a Tensor with {numel.eval(context.require().decider.hints)} elements cannot be "
                            "converted to Scalar")  # fmt: skip
-    e = _value_symbol(t, "item()")
-    (name,) = e.free_symbols()
-    state = context.require()
-    info = state.decider.unbacked.symbols[name]
-    kind = bool if t.dtype == torch.bool else info.python_type  # a bool: the int 0 or 1 (a branch on it is refused)
-    proxy = NumberProxy(name, e, state.decider.hints[name], kind)
-    state.emit(BoundSymbol(item_prim, (t, info.description), (), proxy, (), user_frame("item")))  # binds `u`
-    return proxy
+    return read_value(t, "item()", "item")
 
 
 def _known(t: TensorProxy) -> Any:

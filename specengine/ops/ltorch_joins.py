@@ -314,8 +314,8 @@ def _wrap_start(s: E.Expr, n: E.Expr) -> E.Expr:
 def narrow(a: TensorProxy, dim: int, start: Any, length: Any) -> TensorProxy:
     if a.ndim == 0:
         raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
-    if isinstance(start, TensorProxy):
-        raise unsupported("narrow with a tensor start", "reading tensor data is data-dependent; pass an int")
+    if isinstance(start, TensorProxy) and start.ndim != 0:
+        raise RuntimeError("start must be an 0-dim integral Tensor.")  # (a 0-dim one is its int: value_expr)
     d = canonical_dim(dim, a.ndim)
     n, s, length = a.dims[d], value_expr(start), value_expr(length)
     hn, hs, hl = example(n), example(s), example(length)

@@ -20,7 +20,7 @@ from specengine.ir.proxies import NumberProxy, TensorProxy, value_expr
 from specengine.ir.symbol import BoundSymbol
 from specengine.ops import prims
 from specengine.ops.generic import generic_method
-from specengine.ops.number_tensors import known_number
+from specengine.ops.number_tensors import as_number
 from specengine.ops.registry import torchop
 from specengine.ops.utils import canonical_dim, shape_arg
 from specengine.provenance import user_frame
@@ -69,7 +69,7 @@ def as_strided_prim(a: TensorProxy, size: tuple, stride: tuple, storage_offset: 
 # kept: a view whose strides are read at run time; torch's kernel checks the storage bounds on every call
 @torchop(torch.as_strided, torch.Tensor.as_strided, name="as_strided", methods=("as_strided",))
 def as_strided(a: TensorProxy, size: Any, stride: Any, storage_offset: Any = None) -> TensorProxy:
-    sizes, strides = (tuple(_number(s) for s in shape_arg((v,))) for v in (size, stride))
+    sizes, strides = (tuple(as_number(s, "as_strided") for s in shape_arg((v,))) for v in (size, stride))
     if len(sizes) != len(strides):
         raise RuntimeError("mismatch in length of strides and shape")
     for s in (*sizes, *strides):
@@ -79,11 +79,6 @@ def as_strided(a: TensorProxy, size: Any, stride: Any, storage_offset: Any = Non
     out = as_strided_prim(a, tuple(value_expr(s) for s in sizes), tuple(value_expr(s) for s in strides),
                           None if storage_offset is None else value_expr(storage_offset))  # fmt: skip
     return out
-
-
-def _number(s: Any) -> Any:
-    known = known_number(s)  # Longformer's `chunks_count + 1`, a number tensor
-    return s if known is None else known
 
 
 TensorProxy.stride = stride

@@ -14,7 +14,7 @@ from specengine.ir import context
 from specengine.ir.proxies import NumberProxy, TensorProxy, unsupported, value_expr
 from specengine.ops import prims
 from specengine.ops.ltorch_index import advanced_getitem
-from specengine.ops.number_tensors import known_number
+from specengine.ops.number_tensors import as_number
 from specengine.ops.registry import torchop
 from specengine.ops.utils import canonical_dim, decide, example, fmt_shape, shape_arg
 
@@ -28,7 +28,7 @@ def _numel(dims: tuple) -> E.Expr:
 def _size_exprs(sizes: tuple, op: str) -> list[E.Expr]:
     out = []
     for s in sizes:
-        s = number if (number := known_number(s)) is not None else s
+        s = as_number(s, op)  # a 0-d integer tensor: its int (known, or read at run time), as eager's int(t)
         if isinstance(s, TensorProxy) and s.ndim == 0 and not s.dtype.is_floating_point:
             raise unsupported(f"{op}() with a tensor as a size", "its value is tensor data (eager reads it with "
                               "int()); compute the size with Python numbers (`a // b` for torch.div(a, b, "

@@ -15,10 +15,59 @@ from typing import Any
 
 import torch
 
-from specengine.ir import context
+from specengine.ir import context, proxies, unbacked
 from specengine.ir.proxies import NumberProxy, TensorProxy
+from specengine.ir.symbol import BoundSymbol
+from specengine.ops import prims
+from specengine.provenance import user_frame
 
-__all__ = ["is_int", "known_values", "known_number", "note_number", "note_constant"]
+__all__ = ["is_int", "known_values", "known_number", "note_number", "note_constant", "read_value", "as_number"]
+
+_INT_RANGES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.int16: (-(2**15), 2**15 - 1),
+               torch.int32: (-(2**31), 2**31 - 1), torch.bool: (0, 1)}  # fmt: skip
+
+
+def _item_impl(t: torch.Tensor, what: str) -> Any:
+    return t.item()
+
+
+@prims.prim("item", impl=_item_impl, tags=("unbacked",))
+def item_prim(t: TensorProxy, what: str) -> NumberProxy:
+    """`t.item()`, the value of an unbacked symbol (emitted by `read_value`, which names the output)."""
+    raise AssertionError("prims.item is emitted by the tracer, never called while tracing")
+
+
+def read_value(t: TensorProxy, what: str, op: str) -> NumberProxy:
+    """The value of a one-element tensor, read at run time: an unbacked int (integer tensors), bool (a 0/1 int) or
+    float, bound by `prims.item` at the top level (before the op being recorded, when one is)."""
+    lo, hi = _INT_RANGES.get(t.dtype, (None, None))
+    kind = float if t.dtype.is_floating_point else int
+    e = unbacked.new_symbol(what, kind, lo, hi, op=op)
+    (name,) = e.free_symbols()
+    state = context.require()
+    info = state.decider.unbacked.symbols[name]
+    kind = bool if t.dtype == torch.bool else info.python_type  # a bool: the int 0 or 1
+    proxy = NumberProxy(name, e, state.decider.hints[name], kind)
+    state.scopes[0].append(BoundSymbol(item_prim, (t, info.description), (), proxy, (), user_frame(op)))
+    return proxy
+
+
+def as_number(x: Any, op: str) -> Any:
+    """A 0-d integer tensor where torch reads a number (a size, arange's bounds, as_strided's strides) is that
+    number, as eager's `int(t)`: its known int (a number tensor), else its data read at run time (`read_value`, an
+    unbacked int). Anything else is returned as it is."""
+    if not isinstance(x, TensorProxy) or x.ndim != 0 or x.dtype.is_floating_point or x.dtype.is_complex:
+        return x
+    known = known_number(x) if x.dtype is torch.int64 else None
+    if known is not None:
+        return known
+    state = context.require()
+    noted = state.literals.get(id(x))
+    if noted is not None and noted[0] is x and all(b.sym.pure for b in state.bsyms[noted[1] :]):
+        return noted[2]  # read before (Longformer's max_num_global_attn_indices, twice): the same symbol
+    value = read_value(x, f"int() of {x.name}", op)
+    state.literals[id(x)] = (x, len(state.bsyms), value)
+    return value
 
 
 def is_int(v: Any) -> bool:
@@ -98,3 +147,6 @@ def _number_protocol(name: str, to_python: Any, symbolic: bool) -> None:
 for _name, _to_python, _symbolic in (("__index__", operator.index, False), ("__int__", int, True),
                                      ("__float__", float, True)):  # fmt: skip
     _number_protocol(_name, _to_python, _symbolic)
+
+
+proxies.HOOKS.tensor_number = as_number

@@ -414,18 +414,33 @@ _CHECKS = frozenset({"assert_all", "check_sym", "check_speculation", "check_divi
 
 
 def _only_writes(bsym: Any) -> bool:
-    """Whether every impure prim an op is made of writes a tensor or checks, and it has at least one."""
+    """Whether every impure prim an op is made of writes a tensor or checks, and it has at least one; an impure op
+    without a decomposition (the generic path's `x[idx] = v`, `x.index_put_(...)`) by torch's own schema: an aten
+    op that is not random (`nondeterministic_seeded`) only writes its mutable arguments."""
     if bsym.sym.pure:
         return True
     if bsym.sym.is_prim:
         return bsym.sym.name in _WRITES or bsym.sym.name in _CHECKS
-    return bool(bsym.subsymbols) and all(_only_writes(s) for s in bsym.subsymbols)
+    if not bsym.subsymbols:
+        return _deterministic_write(bsym.sym.name)
+    return all(_only_writes(s) for s in bsym.subsymbols)
+
+
+@functools.cache
+def _deterministic_write(name: str) -> bool:
+    name = "index_put_" if name == "__setitem__" else name  # (Tensor.__setitem__ writes through index_put_ / copy_)
+    packet = getattr(torch.ops.aten, name, None) if name.isidentifier() and name.endswith("_") else None
+    try:
+        overloads = [getattr(packet, o) for o in packet.overloads()] if packet is not None else []
+    except Exception:  # noqa: BLE001 - not an aten op: not known to be only a write
+        return False
+    return bool(overloads) and not any(torch.Tag.nondeterministic_seeded in o.tags for o in overloads)
 
 
 def writes_fresh(state: Any, bsym: Any) -> bool:
     """Whether a top-level impure op is unobservable when the computation runs it again: it only writes (or checks),
-    and no tensor it touches may share memory with an input (a parameter, a buffer, an argument), by the roots of
-    each as bound before the op (ir/speculation.py asks this)."""
+    and the tensor it writes (its first) may share no memory with an input (a parameter, a buffer, an argument), by
+    its roots as bound before the op (ir/speculation.py asks this)."""
     if bsym.sym.is_prim and bsym.sym.name in _CHECKS:
         return True
     if not _only_writes(bsym):
@@ -435,10 +450,8 @@ def writes_fresh(state: Any, bsym: Any) -> bool:
     pos = next((i for i, b in enumerate(ex.top) if b is bsym), None)
     if pos is None:
         return False
-    for a in _tensor_args(bsym):
-        if any(key[0] == "storage" or key[1] == 0 for key in ex.roots(a, pos)):
-            return False  # an input's storage (or one an input may share)
-    return True
+    written = _tensor_args(bsym)[:1]  # (in-place ops and setitem write their first tensor; reading inputs is fine)
+    return bool(written) and not any(key[0] == "storage" or key[1] == 0 for key in ex.roots(written[0], pos))
 
 
 proxies.HOOKS.writes_fresh = writes_fresh
