@@ -195,3 +195,20 @@ def test_an_index_write_into_a_tensor_made_inside_is_repeatable():
         x, idx = torch.randn(n), torch.tensor([0, n - 1])
         torch.testing.assert_close(cf(x, idx, SIDES[side]), f(x, idx, SIDES[side]))
     assert counts(cf) == (2, 2)
+
+
+def test_gradients_flow_through_the_side_taken():
+    def f(w, x, t):
+        h = x @ w
+        if (t > 0).any():  # the side that misspeculates leaves only an unused autograd graph behind
+            return (h * 2).sum()
+        return (h - 1).pow(2).sum()
+
+    cf = specengine.compile(f, dynamic=True)
+    for n, side in [(3, True), (2, False), (4, True), (1, False)]:
+        w = torch.randn(2, 2, requires_grad=True)
+        x = torch.randn(n, 2)
+        (g_eager,) = torch.autograd.grad(f(w, x, SIDES[side]), w)
+        (g_spec,) = torch.autograd.grad(cf(w, x, SIDES[side]), w)
+        torch.testing.assert_close(g_spec, g_eager)
+    assert counts(cf) == (2, 3)  # (the first call, side True, compiled both)
