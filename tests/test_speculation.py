@@ -212,3 +212,47 @@ def test_gradients_flow_through_the_side_taken():
         (g_spec,) = torch.autograd.grad(cf(w, x, SIDES[side]), w)
         torch.testing.assert_close(g_spec, g_eager)
     assert counts(cf) == (2, 3)  # (the first call, side True, compiled both)
+
+
+INPLACE = {  # in-place ops, hand-written rules and the generic path, some of them not idempotent
+    "add_": lambda y: y.add_(1),
+    "mul_view": lambda y: y[:1].mul_(3),
+    "index_add_": lambda y: y.index_add_(0, torch.tensor([0]), torch.tensor([5.0])),
+    "scatter_add_": lambda y: y.scatter_add_(0, torch.tensor([0]), torch.tensor([5.0])),
+    "index_put_acc": lambda y: y.index_put_((torch.tensor([0]),), torch.tensor(5.0), accumulate=True),
+    "index_fill_": lambda y: y.index_fill_(0, torch.tensor([0]), 5.0),
+    "setitem": lambda y: y.__setitem__(0, y[0] + 5),
+    "setitem_index": lambda y: y.__setitem__(torch.tensor([0]), y[0] + 5),
+    "masked_fill_": lambda y: y.masked_fill_(y > 0, 7.0),
+    "clamp_": lambda y: y.clamp_(max=0.5),
+    "copy_": lambda y: y.copy_(y * 2),
+    "zero_": lambda y: y.zero_(),
+}
+TARGETS = {"input": lambda x: x, "view_of_input": lambda x: x[1:], "made_inside": lambda x: x.clone()}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("op", INPLACE)
+def test_in_place_ops_before_a_data_branch_never_run_twice(op, target):
+    """Speculation re-runs the work before a branch when the data takes the other side: an in-place op on an input
+    (or a view of one) there must be refused, never applied twice; one on a tensor made inside is repeatable."""
+
+    def f(x, t):
+        y = TARGETS[target](x)
+        INPLACE[op](y)
+        if (t > 0).any():
+            return y.sum() + x
+        return y.sum() - x
+
+    cf = specengine.compile(f, dynamic=True)
+    for side in (True, False, True):
+        xa, xb = torch.ones(3), torch.ones(3)
+        want = f(xb, SIDES[side])
+        if target == "made_inside":
+            torch.testing.assert_close(cf(xa, SIDES[side]), want)
+            torch.testing.assert_close(xa, xb)
+            continue
+        with pytest.raises(UnsupportedOpError, match="cannot be taken by speculation"):
+            cf(xa, SIDES[side])
+        torch.testing.assert_close(xa, torch.ones(3))  # the refused compile wrote nothing
+    assert counts(cf) == ((2, 2) if target == "made_inside" else (0, 0))

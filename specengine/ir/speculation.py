@@ -32,14 +32,9 @@ def first_unrepeatable(state: Any) -> BoundSymbol | None:
 
 
 def _repeatable(state: Any, b: BoundSymbol) -> bool:
-    """Pure; an impure torch-level op that did nothing here (no decomposition, its input returned as it is:
-    `F.dropout(x, training=False)`, impure only where it draws); or one that only writes tensors made in this
-    trace, or checks (`HOOKS.writes_fresh`: the ops layer knows which tensors may share an input's memory)."""
-    if b.sym.pure:
-        return True
-    if not b.sym.is_prim and not b.subsymbols and any(b.output is a for a in b.args):
-        return True
-    return HOOKS.writes_fresh is not None and HOOKS.writes_fresh(state, b)
+    """Pure, or an impure op the ops layer finds repeatable (`HOOKS.writes_fresh`: it only checks, only writes
+    tensors made in this trace, or did nothing here: `F.dropout(x, training=False)`)."""
+    return b.sym.pure or (HOOKS.writes_fresh is not None and HOOKS.writes_fresh(state, b))
 
 
 def speculate(state: Any, b: E.Expr, op: str) -> bool:

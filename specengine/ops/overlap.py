@@ -426,6 +426,25 @@ def _only_writes(bsym: Any) -> bool:
     return all(_only_writes(s) for s in bsym.subsymbols)
 
 
+def _did_nothing(bsym: Any) -> bool:
+    """An impure torch-level op that returned its input with no decomposition and cannot write it (no in-place
+    form, no mutable aten schema): `F.dropout(x, training=False)`, impure only where it draws. (The generic path's
+    `x.index_add_(...)` also returns its input without a decomposition: it wrote it.)"""
+    name = bsym.sym.name
+    if bsym.sym.is_prim or bsym.subsymbols or not any(bsym.output is a for a in bsym.args):
+        return False
+    return not (name.endswith("_") or name == "__setitem__" or _mutable_schema(name))
+
+
+@functools.cache
+def _mutable_schema(name: str) -> bool:
+    packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
+    try:
+        return packet is not None and any(getattr(packet, o)._schema.is_mutable for o in packet.overloads())
+    except Exception:  # noqa: BLE001 - not an aten op: only the in-place spelling tells
+        return False
+
+
 @functools.cache
 def _deterministic_write(name: str) -> bool:
     name = "index_put_" if name == "__setitem__" else name  # (Tensor.__setitem__ writes through index_put_ / copy_)
@@ -442,6 +461,8 @@ def writes_fresh(state: Any, bsym: Any) -> bool:
     and the tensor it writes (its first) may share no memory with an input (a parameter, a buffer, an argument), by
     its roots as bound before the op (ir/speculation.py asks this)."""
     if bsym.sym.is_prim and bsym.sym.name in _CHECKS:
+        return True
+    if _did_nothing(bsym):
         return True
     if not _only_writes(bsym):
         return False
