@@ -74,3 +74,27 @@ def test_strides_are_read_at_run_time_for_every_layout(layout, dynamic):
     # no stride decision is a guard: the entries are those of the sizes (and of "sliced"'s own `if`)
     misses = {True: 1, None: 2, False: 4}[dynamic] + (layout == "sliced" and dynamic is not False)
     assert counts(cf) == (misses, len(sizes) - misses), specengine.recompile_reasons(cf)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_is_contiguous_of_a_computed_tensor_is_read_at_run_time(layout):
+    """Eager's answer depends on sizes (a transpose of a (1, n) tensor is contiguous): read from the real tensor, a
+    branch on it is speculated (one entry per side), its value returned is a bool."""
+    make = LAYOUTS[layout]
+
+    def f(x):
+        h = make(x).transpose(1, 2)
+        c = h.is_contiguous()
+        return (h * 2 if c else h.contiguous() * 3), c
+
+    cf = specengine.compile(f, dynamic=True)
+    sizes = [(2, 4, 3), (2, 4, 1), (1, 1, 3), (2, 4, 3), (3, 2, 1)]
+    sides = set()
+    for s in sizes:
+        x = torch.randn(*s)
+        (got, c), (want, d) = cf(x), f(x)
+        torch.testing.assert_close(got, want)
+        assert c is d
+        sides.add(d)
+    misses = len(sides) + (layout == "sliced")  # ("sliced"'s own `if x.size(1) > 1`)
+    assert specengine.cache_misses(cf) == misses, specengine.recompile_reasons(cf)

@@ -3,8 +3,8 @@
 - `x.layout` is `torch.strided` for every traced tensor: inputs of another layout (sparse, mkldnn) are refused
   when a call is described, and the prologue checks each input's layout.
 - `x.is_contiguous(memory_format=...)` of an input (or of a tensor closed over from outside) is the value seen at
-  compile time, and the prologue checks it on every call (a guarded fact); of a computed tensor it is refused.
-  Strides are read from the real tensor at run time (ops/ltorch_strides.py). (`.contiguous(memory_format=...)` and `.to(memory_format=...)` are
+  compile time, and the prologue checks it on every call (a guarded fact); of a computed tensor it is read from
+  the real tensor at run time, as its strides are (ops/ltorch_strides.py). (`.contiguous(memory_format=...)` and `.to(memory_format=...)` are
   torch-level ops that the torch executor runs as they are, so their outputs have eager's strides.)
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from specengine.ir import context
-from specengine.ir.proxies import TensorProxy, unsupported
+from specengine.ir.proxies import TensorProxy
 
 _FORMATS = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
 
@@ -39,8 +39,9 @@ def _layout(self: TensorProxy) -> torch.layout:
     return torch.strided
 
 
-def is_contiguous(self: TensorProxy, memory_format: Any = torch.contiguous_format) -> bool:
-    """A guarded fact for inputs and closed-over tensors; refused for computed tensors."""
+def contiguity_fact(self: TensorProxy, memory_format: Any = torch.contiguous_format) -> bool | None:
+    """`x.is_contiguous(memory_format)` of an input or a closed-over tensor: a guarded fact (recorded for the
+    prologue); None for a computed tensor (ops/ltorch_strides.py reads it at run time)."""
     if not isinstance(memory_format, torch.memory_format):
         raise TypeError(f"is_contiguous(): argument 'memory_format' must be torch.memory_format, not "
                         f"{type(memory_format).__name__}")  # fmt: skip
@@ -50,8 +51,7 @@ def is_contiguous(self: TensorProxy, memory_format: Any = torch.contiguous_forma
         if proxy is self:
             known = dict(formats_of(t))
     if not known:
-        raise unsupported("Tensor.is_contiguous of a computed tensor", "strides of computed tensors are not tracked; "
-                          "ask about an input, or call .contiguous() unconditionally")  # fmt: skip
+        return None
     value = known.get(memory_format, False)  # (preserve_format: eager says False too)
     if (self.name, memory_format, value) not in state.facts.layout_facts:
         state.facts.layout_facts.append((self.name, memory_format, value))
@@ -62,4 +62,3 @@ TensorProxy.layout = property(_layout)
 # static facts: such inputs are refused when a call is described, and the prologue checks the layout
 for _flag in ("is_nested", "is_sparse", "is_sparse_csr", "is_quantized", "is_mkldnn"):
     setattr(TensorProxy, _flag, property(lambda self: False))
-TensorProxy.is_contiguous = is_contiguous

@@ -20,6 +20,7 @@ from specengine.ir.proxies import NumberProxy, TensorProxy, value_expr
 from specengine.ir.symbol import BoundSymbol
 from specengine.ops import prims
 from specengine.ops.generic import generic_method
+from specengine.ops.layouts import contiguity_fact
 from specengine.ops.number_tensors import as_number
 from specengine.ops.registry import torchop
 from specengine.ops.utils import canonical_dim, shape_arg
@@ -81,4 +82,28 @@ def as_strided(a: TensorProxy, size: Any, stride: Any, storage_offset: Any = Non
     return out
 
 
+@prims.prim("is_contiguous_of", impl=lambda t, memory_format, what: t.is_contiguous(memory_format=memory_format),
+            tags=("unbacked",))  # fmt: skip
+def is_contiguous_of(t: TensorProxy, memory_format: Any, what: str) -> NumberProxy:
+    """`t.is_contiguous(memory_format)` of the real tensor, an unbacked bool (emitted by `is_contiguous` below)."""
+    raise AssertionError("prims.is_contiguous_of is emitted by the tracer, never called while tracing")
+
+
+def is_contiguous(self: TensorProxy, memory_format: Any = torch.contiguous_format) -> Any:
+    """A guarded fact for an input (ops/layouts.py); for a computed tensor, read from the real tensor at run time:
+    an unbacked bool (`if x.is_contiguous():` is a branch on it, speculated)."""
+    fact = contiguity_fact(self, memory_format)
+    if fact is not None:
+        return fact
+    e = unbacked.new_symbol(f"is_contiguous() of {self.name}", int, 0, 1, op="is_contiguous")
+    (name,) = e.free_symbols()
+    state = context.require()
+    proxy = NumberProxy(name, e, state.decider.hints[name], bool)
+    info = state.decider.unbacked.symbols[name]
+    state.emit(BoundSymbol(is_contiguous_of, (self, memory_format, info.description), (), proxy, (),
+                           user_frame("is_contiguous")))  # fmt: skip
+    return proxy
+
+
 TensorProxy.stride = stride
+TensorProxy.is_contiguous = is_contiguous
