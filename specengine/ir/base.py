@@ -24,7 +24,7 @@ class OpsHooks:
     prims: Any = None  # specengine.ops.prims: shape queries and scalar arithmetic
     dispatch_torch: Callable | None = None  # specengine.ops.registry.dispatch_torch: __torch_function__ calls
     fallback_method: Callable[[str], Callable | None] | None = None  # Tensor methods without a rule (generic path)
-    writes_fresh: Callable[[Any, Any], bool] | None = None  # ops.overlap.writes_fresh: an op writes no input's memory
+    writes_fresh: Callable[[Any, Any, int], bool] | None = None  # ops.overlap.writes_fresh: writes no input
     tensor_number: Callable[[Any, str], Any] | None = None  # ops.number_tensors.as_number: a 0-d tensor's int
 
 

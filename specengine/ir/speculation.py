@@ -28,13 +28,13 @@ __all__ = ["first_unrepeatable", "speculate", "check_speculation_impl"]
 def first_unrepeatable(state: Any) -> BoundSymbol | None:
     """The first op so far that running the computation up to here again would make observable (an impure op: an
     in-place write, a random draw, an effect), or None."""
-    return next((b for b in state.bsyms if not _repeatable(state, b)), None)
+    return next((b for i, b in enumerate(state.bsyms) if not _repeatable(state, b, i)), None)
 
 
-def _repeatable(state: Any, b: BoundSymbol) -> bool:
-    """Pure, or an impure op the ops layer finds repeatable (`HOOKS.writes_fresh`: it only checks, only writes
-    tensors made in this trace, or did nothing here: `F.dropout(x, training=False)`)."""
-    return b.sym.pure or (HOOKS.writes_fresh is not None and HOOKS.writes_fresh(state, b))
+def _repeatable(state: Any, b: BoundSymbol, pos: int) -> bool:
+    """Pure, or an impure op (at top-level position `pos`) the ops layer finds repeatable (`HOOKS.writes_fresh`: it
+    only checks, only writes tensors made in this trace, or did nothing here: `F.dropout(x, training=False)`)."""
+    return b.sym.pure or (HOOKS.writes_fresh is not None and HOOKS.writes_fresh(state, b, pos))
 
 
 def speculate(state: Any, b: E.Expr, op: str) -> bool:

@@ -15,16 +15,14 @@ from typing import Any
 
 import torch
 
-from specengine.ir import context, unbacked
+from specengine.errors import UnsupportedOpError
 from specengine.ir.proxies import NumberProxy, TensorProxy, value_expr
-from specengine.ir.symbol import BoundSymbol
 from specengine.ops import prims
 from specengine.ops.generic import generic_method
 from specengine.ops.layouts import contiguity_fact
-from specengine.ops.number_tensors import as_number
+from specengine.ops.number_tensors import as_number, read_symbol
 from specengine.ops.registry import torchop
 from specengine.ops.utils import canonical_dim, shape_arg
-from specengine.provenance import user_frame
 
 __all__ = ["stride", "as_strided"]
 
@@ -36,21 +34,14 @@ def stride_of(t: TensorProxy, dim: int, what: str) -> NumberProxy:
 
 
 def _read_stride(t: TensorProxy, dim: int) -> NumberProxy:
-    what = f"stride({dim}) of {t.name}"
-    e = unbacked.new_symbol(what, int, 0, None, op="stride")
-    (name,) = e.free_symbols()
-    state = context.require()
-    proxy = NumberProxy(name, e, state.decider.hints[name], int)
-    info = state.decider.unbacked.symbols[name]
-    state.emit(BoundSymbol(stride_of, (t, dim, info.description), (), proxy, (), user_frame("stride")))
-    return proxy
+    return read_symbol(stride_of, (t, dim), f"stride({dim}) of {t.name}", int, 0, None, "stride", before=False)
 
 
 def stride(self: TensorProxy, dim: Any = None) -> Any:
     """Constant strides where the generic path knows them (static sizes); else read at run time (module docstring)."""
     try:
         return generic_method("stride").__get__(self)(*(() if dim is None else (dim,)))
-    except Exception:  # noqa: BLE001 - the generic path has no constant answer: read them at run time
+    except UnsupportedOpError:  # the generic path has no constant answer: read them at run time
         pass
     if dim is not None:
         return _read_stride(self, canonical_dim(dim, self.ndim))
@@ -95,14 +86,8 @@ def is_contiguous(self: TensorProxy, memory_format: Any = torch.contiguous_forma
     fact = contiguity_fact(self, memory_format)
     if fact is not None:
         return fact
-    e = unbacked.new_symbol(f"is_contiguous() of {self.name}", int, 0, 1, op="is_contiguous")
-    (name,) = e.free_symbols()
-    state = context.require()
-    proxy = NumberProxy(name, e, state.decider.hints[name], bool)
-    info = state.decider.unbacked.symbols[name]
-    state.emit(BoundSymbol(is_contiguous_of, (self, memory_format, info.description), (), proxy, (),
-                           user_frame("is_contiguous")))  # fmt: skip
-    return proxy
+    what = f"is_contiguous() of {self.name}"
+    return read_symbol(is_contiguous_of, (self, memory_format), what, int, 0, 1, "is_contiguous", False, bool)
 
 
 TensorProxy.stride = stride

@@ -21,7 +21,8 @@ from specengine.ir.symbol import BoundSymbol
 from specengine.ops import prims
 from specengine.provenance import user_frame
 
-__all__ = ["is_int", "known_values", "known_number", "note_number", "note_constant", "read_value", "as_number"]
+__all__ = ["is_int", "known_values", "known_number", "note_number", "note_constant", "read_value", "read_symbol",
+           "as_number"]  # fmt: skip
 
 _INT_RANGES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.int16: (-(2**15), 2**15 - 1),
                torch.int32: (-(2**31), 2**31 - 1), torch.bool: (0, 1)}  # fmt: skip
@@ -37,19 +38,32 @@ def item_prim(t: TensorProxy, what: str) -> NumberProxy:
     raise AssertionError("prims.item is emitted by the tracer, never called while tracing")
 
 
+def read_symbol(prim: Any, args: tuple, what: str, python_type: type = int, lo: int | None = None,
+                hi: int | None = None, op: str = "", before: bool = True, as_type: type | None = None) -> Any:  # fmt: skip
+    """A fresh unbacked symbol whose value the computation reads at run time: `u0 = prim(*args, description)`.
+
+    The read is bound at the top level, before the op being recorded (`before`: the op consumes the value) or
+    right after it (`TraceState.emit`). Returns its NumberProxy, typed `as_type` (bool) or `python_type`.
+    """
+    e = unbacked.new_symbol(what, python_type, lo, hi, op=op)
+    (name,) = e.free_symbols()
+    state = context.require()
+    info = state.decider.unbacked.symbols[name]
+    proxy = NumberProxy(name, e, state.decider.hints[name], as_type or info.python_type)
+    bsym = BoundSymbol(prim, (*args, info.description), (), proxy, (), user_frame(op))
+    if before:
+        state.scopes[0].append(bsym)
+    else:
+        state.emit(bsym)
+    return proxy
+
+
 def read_value(t: TensorProxy, what: str, op: str) -> NumberProxy:
     """The value of a one-element tensor, read at run time: an unbacked int (integer tensors), bool (a 0/1 int) or
     float, bound by `prims.item` at the top level (before the op being recorded, when one is)."""
     lo, hi = _INT_RANGES.get(t.dtype, (None, None))
     kind = float if t.dtype.is_floating_point else int
-    e = unbacked.new_symbol(what, kind, lo, hi, op=op)
-    (name,) = e.free_symbols()
-    state = context.require()
-    info = state.decider.unbacked.symbols[name]
-    kind = bool if t.dtype == torch.bool else info.python_type  # a bool: the int 0 or 1
-    proxy = NumberProxy(name, e, state.decider.hints[name], kind)
-    state.scopes[0].append(BoundSymbol(item_prim, (t, info.description), (), proxy, (), user_frame(op)))
-    return proxy
+    return read_symbol(item_prim, (t,), what, kind, lo, hi, op, as_type=bool if t.dtype == torch.bool else None)
 
 
 def as_number(x: Any, op: str) -> Any:
@@ -61,10 +75,10 @@ def as_number(x: Any, op: str) -> Any:
     known = known_number(x) if x.dtype is torch.int64 else None
     if known is not None:
         return known
+    noted = known_values(x)
+    if noted is not None:
+        return noted  # read before (Longformer's max_num_global_attn_indices, twice): the same symbol
     state = context.require()
-    noted = state.literals.get(id(x))
-    if noted is not None and noted[0] is x and all(b.sym.pure for b in state.bsyms[noted[1] :]):
-        return noted[2]  # read before (Longformer's max_num_global_attn_indices, twice): the same symbol
     value = read_value(x, f"int() of {x.name}", op)
     state.literals[id(x)] = (x, len(state.bsyms), value)
     return value

@@ -262,13 +262,19 @@ class Examples:
 
 
 @functools.cache
+def _aten_overloads(name: str) -> tuple:
+    """The overloads of `torch.ops.aten.<name>`, or () where there is no such aten op."""
+    packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
+    try:
+        return tuple(getattr(packet, o) for o in packet.overloads()) if packet is not None else ()
+    except Exception:  # noqa: BLE001 - not an aten op
+        return ()
+
+
+@functools.cache
 def _fresh_name(name: str) -> bool:
     """Whether torch's op of this name returns a new tensor: no overload that writes nothing returns an alias."""
-    try:
-        packet = getattr(torch.ops.aten, name, None) if name.isidentifier() and name not in _MAY_RETURN_SELF else None
-        schemas = [getattr(packet, o)._schema for o in packet.overloads()] if packet is not None else []
-    except Exception:  # noqa: BLE001 - not an aten op: not known to make a new tensor
-        return False
+    schemas = [o._schema for o in _aten_overloads(name)] if name not in _MAY_RETURN_SELF else []
     pure = [sc for sc in schemas if not sc.is_mutable]
     return bool(pure) and not any(r.alias_info is not None for sc in pure for r in sc.returns)
 
@@ -436,30 +442,20 @@ def _did_nothing(bsym: Any) -> bool:
     return not (name.endswith("_") or name == "__setitem__" or _mutable_schema(name))
 
 
-@functools.cache
 def _mutable_schema(name: str) -> bool:
-    packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
-    try:
-        return packet is not None and any(getattr(packet, o)._schema.is_mutable for o in packet.overloads())
-    except Exception:  # noqa: BLE001 - not an aten op: only the in-place spelling tells
-        return False
+    return any(o._schema.is_mutable for o in _aten_overloads(name))  # (not an aten op: only the `_` spelling tells)
 
 
-@functools.cache
 def _deterministic_write(name: str) -> bool:
     name = "index_put_" if name == "__setitem__" else name  # (Tensor.__setitem__ writes through index_put_ / copy_)
-    packet = getattr(torch.ops.aten, name, None) if name.isidentifier() and name.endswith("_") else None
-    try:
-        overloads = [getattr(packet, o) for o in packet.overloads()] if packet is not None else []
-    except Exception:  # noqa: BLE001 - not an aten op: not known to be only a write
-        return False
+    overloads = _aten_overloads(name) if name.endswith("_") else ()
     return bool(overloads) and not any(torch.Tag.nondeterministic_seeded in o.tags for o in overloads)
 
 
-def writes_fresh(state: Any, bsym: Any) -> bool:
-    """Whether a top-level impure op is unobservable when the computation runs it again: it only writes (or checks),
-    and the tensor it writes (its first) may share no memory with an input (a parameter, a buffer, an argument), by
-    its roots as bound before the op (ir/speculation.py asks this)."""
+def writes_fresh(state: Any, bsym: Any, pos: int) -> bool:
+    """Whether a top-level impure op (at position `pos`) is unobservable when the computation runs it again: it only
+    writes (or checks), and the tensor it writes (its first) may share no memory with an input (a parameter, a
+    buffer, an argument), by its roots as bound before the op (ir/speculation.py asks this)."""
     if bsym.sym.is_prim and bsym.sym.name in _CHECKS:
         return True
     if _did_nothing(bsym):
@@ -468,9 +464,7 @@ def writes_fresh(state: Any, bsym: Any) -> bool:
         return False
     ex = _examples(state)
     ex.sync()
-    pos = next((i for i, b in enumerate(ex.top) if b is bsym), None)
-    if pos is None:
-        return False
+    assert ex.top[pos] is bsym  # (ex.top is the trace's top level, state.bsyms)
     written = _tensor_args(bsym)[:1]  # (in-place ops and setitem write their first tensor; reading inputs is fine)
     return bool(written) and not any(key[0] == "storage" or key[1] == 0 for key in ex.roots(written[0], pos))
 
