@@ -8,7 +8,7 @@ decision is recorded as a constraint with its provenance.
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from specengine.constraints import expr as E
 from specengine.constraints.constraint import Constraint
@@ -95,12 +95,13 @@ class Decider:
         # (`_merge` and `restore` replace it), so the memo holds while `_subst` is that same object
         self._subst_memo: tuple[dict, dict] = (self._subst, {})
 
-    def decide(self, b: E.Expr, provenance: Provenance) -> bool:
-        """The truth value of `b` for this trace; records a constraint unless it is implied."""
+    def decide(self, b: E.Expr, provenance: Provenance | Callable[[], Provenance]) -> bool:
+        """The truth value of `b` for this trace; records a constraint unless it is implied (`provenance` may be a
+        function that makes it: most decisions are implied, and naming the site costs a stack walk and a print)."""
         value = bool(self.hints.eval(b))
         if self.implied(b, value):
             return value
-        self.record(b if value else E.not_(b), provenance)
+        self.record(b if value else E.not_(b), provenance() if callable(provenance) else provenance)
         return value
 
     def decide_float(self, b: Any, provenance: Provenance) -> bool:
@@ -111,7 +112,7 @@ class Decider:
             self.float_constraints.append(Constraint(fact, provenance))
         return value
 
-    def pin(self, e: E.Expr, provenance: Provenance) -> int:
+    def pin(self, e: E.Expr, provenance: Provenance | Callable[[], Provenance]) -> int:
         """The concrete value of `e`; records `e == value` unless `e` is already known to be constant."""
         value = self.hints.eval(e)
         self.decide(E.eq(e, value), provenance)
