@@ -40,6 +40,7 @@ from specengine.errors import UnsupportedOpError
 from specengine.ir import context
 from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy, unsupported
 from specengine.ir.symbol import Symbol
+from specengine.provenance import _is_internal
 
 _names = itertools.count()
 _THIS = os.path.normcase(os.path.abspath(__file__))
@@ -220,6 +221,9 @@ def _logger_method(name: str) -> Callable:
     real = _real_logger[name]
 
     def method(self: logging.Logger, *args: Any, **kwargs: Any) -> Any:
+        direct = sys._getframe(1).f_code.co_filename
+        if _is_internal(direct) and os.path.normcase(direct) != _THIS:  # torch's own (a debug line per SymInt op)
+            return real(self, *args, **kwargs)  # (what _caller finds then is not the program's code)
         caller = _caller(skip_logging=True)
         if not _tracing_program(caller):
             return real(self, *args, **kwargs)
