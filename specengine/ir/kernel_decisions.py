@@ -18,7 +18,6 @@ import torch
 
 from specengine.constraints import expr as E
 from specengine.ir import context
-from specengine.provenance import user_frame
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -163,20 +162,14 @@ def decide(b: E.Expr, kind: str) -> bool:
     if _in_layout_function(kind):
         LAYOUT_DECISIONS[current_op()] += 1
         return bool(hint(b))
-    s, op = state(), current_op()
-    if type(b) is E.Expr and not s.decider.unbacked.mentions(b):  # (as TraceState.decide, the site made lazily)
-        return s.decider.decide(b, lambda: user_frame(op, f"{kind} {b} ({kernel_site()})"))
-    return s.decide(b, op, f"{kind} {b} ({kernel_site()})")
+    return state().decide(b, current_op(), lambda: f"{kind} {b} ({kernel_site()})")
 
 
 def pin(e: E.Expr, kind: str) -> int:
     if e.op == "const":
         return e.value
-    s, op = state(), current_op()
-    PINS[(op, kind)] += 1
-    if type(e) is E.Expr and not s.decider.unbacked.mentions(e):  # (as TraceState.pin, the site made lazily)
-        return s.decider.pin(e, lambda: user_frame(op, f"{kind} pins {e} ({kernel_site()})"))
-    return s.pin(e, op, f"{kind} pins {e} ({kernel_site()})")
+    PINS[(current_op(), kind)] += 1
+    return state().pin(e, current_op(), lambda: f"{kind} pins {e} ({kernel_site()})")
 
 
 def hint(e: E.Expr) -> Any:

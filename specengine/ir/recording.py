@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from specengine.constraints import expr as E
 from specengine.constraints.decide import Decider
@@ -203,8 +203,12 @@ class TraceState:
             self._observed[-1] = self._handler_observes()
         return self._observed[-1]
 
-    def decide(self, b: E.Expr, op: str, reason: str) -> bool:
-        """Decide a comparison on symbols, recording a constraint unless it is implied."""
+    def decide(self, b: E.Expr, op: str, reason: str | Callable[[], str]) -> bool:
+        """Decide a comparison on symbols, recording a constraint unless it is implied (`reason` may be a function
+        making it: most decisions are implied, and the site is named only where a constraint is recorded)."""
+        if type(b) is E.Expr and b.op != "bconst" and not self.decider.unbacked.mentions(b):
+            return self.decider.decide(b, lambda: user_frame(op, _text(reason)))
+        reason = _text(reason)
         if isinstance(b, FloatExpr):
             if self.decider.unbacked.mentions(b):  # a value of `.item()` of a float tensor: nothing is decided on it
                 if b.op == "same":  # a pin (`float(v)`, `math.exp(v)`, a Python float argument)
@@ -213,9 +217,7 @@ class TraceState:
             return self.decider.decide_float(b, user_frame(op, reason))
         if b.op == "bconst":
             return b.value
-        if self.decider.unbacked.mentions(b):
-            return unbacked.decide(self, b, op, reason)
-        return self.decider.decide(b, user_frame(op, reason))
+        return unbacked.decide(self, b, op, reason)
 
     def check(self, b: E.Expr, op: str, message: str | None = None) -> bool:
         """A checked fact (`specengine.check`, `torch._check`): on backed symbols decided like a branch (a guard);
@@ -225,13 +227,18 @@ class TraceState:
         unbacked.check(self, b, op, message)
         return True
 
-    def pin(self, e: E.Expr, op: str, reason: str) -> int:
-        """The concrete value of an int expression, recording `e == value` unless already constant."""
+    def pin(self, e: E.Expr, op: str, reason: str | Callable[[], str]) -> int:
+        """The concrete value of an int expression, recording `e == value` unless already constant (`reason` as
+        for `decide`)."""
         if e.op == "const":
             return e.value
         if self.decider.unbacked.mentions(e):
             value = unbacked.proved_value(self, e)  # no guard: true for every call
             if value is None:
-                raise unbacked.pin_error(e, op, reason)
+                raise unbacked.pin_error(e, op, _text(reason))
             return value
-        return self.decider.pin(e, user_frame(op, reason))
+        return self.decider.pin(e, lambda: user_frame(op, _text(reason)))
+
+
+def _text(reason: str | Callable[[], str]) -> str:
+    return reason() if callable(reason) else reason
