@@ -66,6 +66,19 @@ def kernel_site() -> str:
 
 
 def state() -> Any:
+    """The tracing state, for code a kernel runs other than the questions below."""
+    untranslated("the tracing state")
+    return context.require()
+
+
+def untranslated(what: str) -> None:
+    """Called where a kernel reaches `what`, which a run on placeholder sizes cannot translate: that run stops."""
+    if _translation is not None:
+        _translation.spoiled = True
+        raise Untranslated(f"a kernel run on placeholder sizes reached {what}")
+
+
+def _state() -> Any:
     return context.require()
 
 
@@ -105,8 +118,9 @@ class _Attempt:
     """One run of a kernel: whether it may answer guard_or_* with the default against the hint, and the state
     before the first such answer (to run the kernel again deciding by the hints, should that path fail)."""
 
-    def __init__(self, defaults: bool):
+    def __init__(self, defaults: bool, replaying: bool = False):
         self.defaults = defaults
+        self.replaying = replaying  # a replayed run cannot fail: no state to save
         self.saved: tuple | None = None
 
 
@@ -122,20 +136,28 @@ def defaults_first(run: Any) -> Any:
     attempt = _Attempt(defaults=True)
     _attempts.append(attempt)
     try:
+        if _translation is not None:
+            _translation.begin()
         return run()
     except Exception:
         if attempt.saved is None:
             raise
     finally:
         _attempts.pop()
-    s = state()
+    s = _state()
     s.decider.restore(attempt.saved[0])
     del s.pending[attempt.saved[1] :]
     _attempts.append(_Attempt(defaults=False))
     try:
+        if _translation is not None:
+            _translation.begin()
         return run()
     finally:
         _attempts.pop()
+
+
+# The questions a kernel asks. Each takes the Expr the kernel holds; under a `Translation` (a run on placeholder
+# sizes, ops/kernel_memo.py) that Expr is translated to the real sizes first, and the answer logged.
 
 
 def decide_or(b: E.Expr, default: bool) -> bool:
@@ -144,16 +166,22 @@ def decide_or(b: E.Expr, default: bool) -> bool:
     `defaults_first`, against the hint too (then the path is checked by running it)."""
     if b.op == "bconst":
         return b.value
-    if state().decider.unbacked.mentions(b):  # data-dependent: what the facts prove, else the safe default
-        proved = state().decider.prove(b)
-        return default if proved is None else proved
-    if bool(hint(b)) == default:
-        return default
-    if _attempts and _attempts[-1].defaults and state().decider.implied(b, not default) is False:
-        if _attempts[-1].saved is None:
-            _attempts[-1].saved = (state().decider.checkpoint(), len(state().pending))
-        return default
-    return decide(b, f"guard_or_{str(default).lower()}")
+    t = _translation
+    r = b if t is None else t(b)
+    attempt = _attempts[-1] if _attempts else None
+    answer = _or_shortcut(r, default, attempt)
+    if answer is None:
+        kind = f"guard_or_{str(default).lower()}"
+        if _in_layout_function(kind):
+            LAYOUT_DECISIONS[current_op()] += 1
+            return bool(_state().decider.hints.eval(r))
+        answer = _decide(r, kind)
+        shortcut = False
+    else:
+        shortcut = True
+    if t is not None:
+        t.note("or", b, (default, shortcut, attempt and attempt.defaults), answer)
+    return answer
 
 
 def decide(b: E.Expr, kind: str) -> bool:
@@ -162,15 +190,163 @@ def decide(b: E.Expr, kind: str) -> bool:
     if _in_layout_function(kind):
         LAYOUT_DECISIONS[current_op()] += 1
         return bool(hint(b))
-    return state().decide(b, current_op(), lambda: f"{kind} {b} ({kernel_site()})")
+    t = _translation
+    if t is None:
+        return _decide(b, kind)
+    answer = _decide(t(b), kind)
+    t.note("decide", b, kind, answer)
+    return answer
 
 
 def pin(e: E.Expr, kind: str) -> int:
     if e.op == "const":
         return e.value
-    PINS[(current_op(), kind)] += 1
-    return state().pin(e, current_op(), lambda: f"{kind} pins {e} ({kernel_site()})")
+    t = _translation
+    if t is None:
+        return _pin(e, kind)
+    value = _pin(t(e), kind)
+    t.note("pin", e, kind, value)
+    return value
+
+
+def known(b: E.Expr) -> bool | None:
+    """What the constraints say of `b` without recording anything (torch's statically_known_true), else None."""
+    if b.op == "bconst":
+        return b.value
+    t = _translation
+    if t is None:
+        return _known(b)
+    answer = _known(t(b))
+    t.note("known", b, None, answer)
+    return answer
 
 
 def hint(e: E.Expr) -> Any:
-    return state().decider.hints.eval(e)
+    """The value on the example (never recorded: hints only guide, see LAYOUT_DECISIONS)."""
+    t = _translation
+    return _state().decider.hints.eval(e if t is None else t(e))
+
+
+def unbacked_symbols() -> dict:
+    """The trace's unbacked symbols, as the kernel being run may meet them (none on placeholder sizes, which
+    stand for backed ones only)."""
+    return {} if _translation is not None else _state().decider.unbacked.symbols
+
+
+def _or_shortcut(b: E.Expr, default: bool, attempt: _Attempt | None) -> bool | None:
+    """guard_or_*'s answer where it needs no decision, else None (`attempt`: the kernel run it is asked in)."""
+    if b.op == "bconst":
+        return b.value
+    s = _state()
+    if s.decider.unbacked.mentions(b):  # data-dependent: what the facts prove, else the safe default
+        proved = s.decider.prove(b)
+        return default if proved is None else proved
+    if bool(s.decider.hints.eval(b)) == default:
+        return default
+    if attempt is not None and attempt.defaults and s.decider.implied(b, not default) is False:
+        if attempt.saved is None and not attempt.replaying:
+            attempt.saved = (s.decider.checkpoint(), len(s.pending))
+        return default
+    return None
+
+
+def _decide(b: E.Expr, kind: str, site: str | None = None) -> bool:
+    return _state().decide(b, current_op(), lambda: f"{kind} {b} ({site or kernel_site()})")
+
+
+def _pin(e: E.Expr, kind: str, site: str | None = None) -> int:
+    if e.op == "const":
+        return e.value
+    PINS[(current_op(), kind)] += 1
+    return _state().pin(e, current_op(), lambda: f"{kind} pins {e} ({site or kernel_site()})")
+
+
+def _known(b: E.Expr) -> bool | None:
+    if b.op == "bconst":
+        return b.value
+    s = _state()
+    if s.decider.unbacked.mentions(b):
+        return s.decider.prove(b)
+    value = bool(s.decider.hints.eval(b))
+    return value if s.decider.implied(b, value) else None
+
+
+# Memoized kernel runs (ops/kernel_memo.py).
+
+
+class Untranslated(BaseException):
+    """A kernel run on placeholder sizes reached the tracing state other than through the questions above (a
+    data-dependent size, a float input's pin): that run cannot be memoized. (Not an Exception: a kernel's own
+    `except Exception` must not take it for a failure of its own.)"""
+
+
+class Translation:
+    """A kernel run on placeholder sizes: each question is asked of the real sizes (`real`: placeholder name ->
+    Expr) and logged with its answer and torch's site, so that a run on other sizes of the same pattern can
+    replay the answers instead of running the kernel."""
+
+    def __init__(self, real: dict[str, E.Expr]):
+        self.real = real
+        self._memo: dict = {}
+        self.spoiled = False  # the run reached something untranslated (even if a kernel caught it)
+        self.log: list[tuple] = []
+        self._seen: set[tuple] = set()
+        self._start: int | None = None
+
+    def begin(self) -> None:
+        """The kernel starts (again: `defaults_first`'s second try forgets what the first one asked)."""
+        if self._start is None:
+            self._start = len(self.log)
+        del self.log[self._start :]
+        self._seen = {entry[:4] for entry in self.log}
+
+    def __call__(self, e: E.Expr) -> E.Expr:
+        return e.subs(self.real, self._memo)
+
+    def note(self, tag: str, e: E.Expr, extra: Any, answer: Any) -> None:
+        # (a question asked again with the same answer adds nothing: replaying the first is enough)
+        if (tag, e, extra, answer) not in self._seen:
+            self._seen.add((tag, e, extra, answer))
+            self.log.append((tag, e, extra, answer, kernel_site()))
+
+
+_translation: Translation | None = None
+
+
+class translating:
+    """Context manager: the kernel run inside it holds placeholder sizes, translated by `t`."""
+
+    def __init__(self, t: Translation | None):
+        self.t = t
+
+    def __enter__(self) -> None:
+        global _translation
+        self.saved, _translation = _translation, self.t
+
+    def __exit__(self, *exc: Any) -> None:
+        global _translation
+        _translation = self.saved
+
+
+def replay(log: list[tuple], real: dict[str, E.Expr]) -> bool:
+    """Ask a logged run's questions of the sizes `real` (placeholder name -> Expr), in order, as the kernel asked
+    them (each may record a constraint); False at the first answer that differs (the caller restores the state)."""
+    memo: dict = {}
+    attempts = {None: None, True: _Attempt(True, replaying=True), False: _Attempt(False, replaying=True)}
+    for tag, e, extra, answer, site in log:
+        r = e.subs(real, memo)
+        if tag == "decide":
+            got = _decide(r, extra, site)
+        elif tag == "or":
+            got = _or_shortcut(r, extra[0], attempts[extra[2]])
+            if got is None:
+                if extra[1]:  # (answered without a decision when logged: one now)
+                    return False
+                got = _decide(r, f"guard_or_{str(extra[0]).lower()}", site)
+        elif tag == "pin":
+            got = _pin(r, extra, site)
+        else:
+            got = _known(r)
+        if got != answer or type(got) is not type(answer):
+            return False
+    return True

@@ -89,6 +89,7 @@ class TraceState:
         self.pending_binds: list[str] = []  # unbacked sizes to read from the output of the op being recorded
         self.pending: list = []  # run-time checks decided inside the op being recorded (emitted after it)
         self.literals: dict[int, tuple] = {}  # id -> (tensor, bsyms before it, values): ops/ltorch_literals' memo
+        self.kernel_runs: dict[tuple, list] = {}  # a generic call's pattern -> its logged runs (ops/kernel_memo.py)
         self._observed: list = [None]  # per scope: whether a handler in the user's frames observes the op (lazy)
 
     # Hooks of the Python frontend (capture/state.py); here, a trace without one.

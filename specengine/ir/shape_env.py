@@ -15,7 +15,7 @@ import torch
 
 from specengine.constraints import expr as E
 from specengine.constraints.unbacked import hint_value
-from specengine.ir.kernel_decisions import decide, decide_or, hint, pin, state
+from specengine.ir.kernel_decisions import decide, decide_or, hint, known, pin, state, unbacked_symbols
 
 
 class DataDependentError(RuntimeError):
@@ -39,13 +39,7 @@ class ShapeEnvStandIn:
 
     def known(self, b: Any) -> bool | None:
         b = _unview(b)
-        b = b if isinstance(b, E.Expr) else _as_bool(b)
-        if b.op == "bconst":
-            return b.value
-        if state().decider.unbacked.mentions(b):
-            return state().decider.prove(b)
-        value = bool(hint(b))
-        return value if state().decider.implied(b, value) else None
+        return known(b if isinstance(b, E.Expr) else _as_bool(b))
 
     def _maybe_evaluate_static(self, expr: Any, *args: Any, **kwargs: Any) -> Any:
         expr = _unview(expr)
@@ -74,7 +68,7 @@ class ShapeEnvStandIn:
 
     def is_unbacked_symint(self, expr: Any) -> bool:
         e = _unview(expr)
-        return isinstance(e, E.Expr) and e.op == "sym" and e.args[0] in state().decider.unbacked.symbols
+        return isinstance(e, E.Expr) and e.op == "sym" and e.args[0] in unbacked_symbols()
 
     def create_unbacked_symfloat(self, *args: Any, **kwargs: Any) -> Any:
         raise DataDependentError("a data-dependent float (the generic path keeps floats concrete)")
@@ -123,7 +117,7 @@ def _unview(x: Any) -> Any:
 def sympy_view(e: E.Expr) -> Any:
     """What `node.expr` is for torch: a sympy Symbol for a bare unbacked symbol (torch's range and memo helpers
     require one), else an ExprView."""
-    if e.op == "sym" and e.args[0] in state().decider.unbacked.symbols:
+    if e.op == "sym" and e.args[0] in unbacked_symbols():
         import sympy  # lazy: sympy only for torch helpers that ask for sympy values
 
         return sympy.Symbol(e.args[0], integer=True)
@@ -142,7 +136,7 @@ class ExprView:
     def free_symbols(self) -> set:
         import sympy  # lazy: sympy only for torch helpers that ask for sympy values
 
-        unbacked = state().decider.unbacked.symbols
+        unbacked = unbacked_symbols()
         return {sympy.Symbol(name if name in unbacked else f"s_{name}", integer=True)  # torch's prefixes: u, s
                 for name in self.e.free_symbols()}  # fmt: skip
 

@@ -510,6 +510,7 @@ class ShapeEnv(SE.ShapeEnvStandIn):
     def create_unbacked_symint(self, *args: Any, **kwargs: Any) -> Any:
         """A fresh unbacked int for the op being run (a size, `.item()` of an integer tensor); bound by the op's
         output in the computation (ops/generic.py)."""
+        K.untranslated("a data-dependent size")
         op = K.current_op()
         return torch.SymInt(ExprNode(unbacked.new_symbol(f"a data-dependent int of {op}", int, op=op), int))
 

@@ -41,7 +41,7 @@ from specengine.ir.literals import as_torch_reads
 from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy, unsupported
 from specengine.ir.symbol import Symbol
 from specengine.ir.trace import format_value
-from specengine.ops import fake_rules, runtime
+from specengine.ops import fake_rules, kernel_memo, runtime
 from specengine.ops.signatures import public_name
 from specengine.patching import original
 
@@ -123,6 +123,7 @@ class _MetaMode(TorchDispatchMode):
         if _RANDOM_TAG is not None and _RANDOM_TAG in func.tags:
             self.random = True
         if any(tag in func.tags for tag in _DATA_DEPENDENT_TAGS) and not _integer_indexing(func, args):
+            K.untranslated("a data-dependent op")
             return fake_rules.run(self, func, args, kwargs, self.device)
         if func is _SIZE:  # called back from a C++ composite (cov); torch's own call on our SymInts asserts
             return list(args[0].shape)
@@ -172,16 +173,21 @@ def _decompositions() -> dict:
 
 
 class _Stand_ins:
-    """The meta stand-ins of one call's arguments, and the proxies they stand for."""
+    """The meta stand-ins of one call's arguments, and the proxies they stand for; `rename` maps each size to
+    what the stand-in holds (a memoized run's placeholders, ops/kernel_memo.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rename: Callable[[E.Expr], E.Expr] | None = None) -> None:
         self.tensors: list[tuple[torch.Tensor, TensorProxy, int]] = []  # (meta, proxy, version before)
         self.devices: list[torch.device] = []
+        self.rename = rename
+
+    def dims(self, proxy: TensorProxy) -> tuple:
+        return proxy.dims if self.rename is None else tuple(self.rename(d) for d in proxy.dims)
 
     def convert(self, x: Any) -> Any:
         if isinstance(x, TensorProxy):
             with torch._C.DisableTorchFunction():
-                meta = torch.empty([S.symint(d) for d in x.dims], dtype=x.dtype, device="meta")
+                meta = torch.empty([S.symint(d) for d in self.dims(x)], dtype=x.dtype, device="meta")
             self.tensors.append((meta, x, meta._version))
             self.devices.append(x.device)
             return meta
@@ -198,7 +204,7 @@ class _Stand_ins:
             return S.symfloat_input(x.hint, S.pin_float(x.expr, x.hint))
         if x.python_type is bool or x.expr.is_bool:
             return bool(x)
-        return S.symint(x.expr)
+        return S.symint(x.expr if self.rename is None else self.rename(x.expr))
 
 
 def _device(device: Any) -> torch.device:
@@ -231,7 +237,44 @@ def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
     if kwargs.get("out") is not None:
         return _with_out(func, name, args, kwargs)
     _check_printable(name, (args, kwargs))
-    stand_ins = _Stand_ins()
+    call = kernel_memo.Call(func, args, kwargs)
+    if call.key is not None:
+        found = kernel_memo.replay(call)
+        if found is not None:
+            run, real = found
+            device = _device(kwargs["device"]) if kwargs.get("device") is not None else None
+            device = device or (call.tensors[0].device if call.tensors else torch.device("cpu"))
+            result = _build(name, run.outputs, run.spec, call.tensors, device, run.pure, kwargs, real)
+            return _finish(func, name, args, kwargs, result, run.pure, call.tensors, False)
+        memoized = _memoized_run(func, name, args, kwargs, call)
+        if memoized is not None:
+            return _finish(func, name, args, kwargs, *memoized)
+    return _finish(func, name, args, kwargs, *_run(func, name, args, kwargs, _Stand_ins()))
+
+
+def _memoized_run(func: Callable, name: str, args: tuple, kwargs: dict, call: kernel_memo.Call) -> tuple | None:
+    """The call's run on placeholder sizes, logged for later calls of its pattern; None (nothing recorded) where
+    that run fails or reaches what it cannot translate (the kernel then runs on the real sizes, as it would)."""
+    state = context.require()
+    saved = (state.decider.checkpoint(), len(state.pending))
+    t = call.translation()
+    try:
+        with K.translating(t):
+            stand_ins = _Stand_ins(call.placeholder)
+            result, pure, tensors, unbacked, outputs = _run(func, name, args, kwargs, stand_ins, t)
+    except (Exception, K.Untranslated):  # noqa: BLE001 - the direct run raises what it raises
+        state.decider.restore(saved[0])
+        del state.pending[saved[1] :]
+        return None
+    if not unbacked and all(o[0] != "number" for o in outputs[0]):
+        kernel_memo.store(call, t, *outputs, pure)
+    return result, pure, tensors, unbacked
+
+
+def _run(func: Callable, name: str, args: tuple, kwargs: dict, stand_ins: _Stand_ins,
+         t: K.Translation | None = None) -> tuple:  # fmt: skip
+    """The kernel run on `stand_ins` of the arguments: (result, pure, input proxies, whether it made unbacked
+    sizes[, its outputs' descriptions and tree, under a translation])."""
     margs, mkwargs = pytree.tree_map(stand_ins.convert, (args, kwargs))
     device = None
     if "device" in mkwargs and mkwargs["device"] is not None:
@@ -241,13 +284,21 @@ def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
     mode.device = device
     before = fake_rules.symbols_before()
     with context.require().deferred():  # run-time checks the kernel decides follow the op (they read its sizes)
-        out = _run_meta(func, name, margs, mkwargs, mode)
+        out = _run_meta(func, name, margs, mkwargs, mode, translated=t is not None)
     pure = _check_mutations(name, stand_ins, mode.written) and not mode.random
-    result = _outputs(name, out, stand_ins, device, pure, kwargs.get("requires_grad") is True)
-    inputs = {id(p) for _, p, _ in stand_ins.tensors}
-    if pure and all(id(r) in inputs for r in pytree.tree_leaves(result) if isinstance(r, Proxy)):
-        return result  # returns its input itself (e.g. `contiguous` of a contiguous tensor): nothing to run
+    outputs = _describe(name, out, stand_ins)
+    tensors = [p for _, p, _ in stand_ins.tensors]
+    result = _build(name, *outputs, tensors, device, pure, kwargs, None if t is None else t.real)
     unbacked = fake_rules.bind_new_symbols(name, result, before)
+    return (result, pure, tensors, unbacked) + ((outputs,) if t is not None else ())
+
+
+def _finish(func: Callable, name: str, args: tuple, kwargs: dict, result: Any, pure: bool, tensors: list,
+            unbacked: bool) -> Any:  # fmt: skip
+    """Record the call (unless it returns its input itself, e.g. `contiguous` of a contiguous tensor)."""
+    inputs = {id(p) for p in tensors}
+    if pure and all(id(r) in inputs for r in pytree.tree_leaves(result) if isinstance(r, Proxy)):
+        return result
     _pending.append(result)
     return context.require().record(_symbol(func, name, pure, unbacked), args, kwargs)
 
@@ -266,7 +317,7 @@ def opaque_call(name: str, run: Callable, meta: Callable, args: tuple) -> Any:
     before = fake_rules.symbols_before()
     with context.require().deferred():
         out = _run_meta(meta, name, margs, {}, mode)
-    result = _outputs(name, out, stand_ins, device, True)
+    result = _build(name, *_describe(name, out, stand_ins), [p for _, p, _ in stand_ins.tensors], device, True, {})
     unbacked = fake_rules.bind_new_symbols(name, result, before)
     _pending.append(result)
     module, _, short = name.rpartition(".")
@@ -282,9 +333,11 @@ def _check_printable(name: str, tree: Any) -> None:
         raise unsupported(name, f"an argument cannot be written in a trace ({e})") from None
 
 
-def _run_meta(func: Callable, name: str, margs: tuple, mkwargs: dict, mode: _MetaMode) -> Any:
+def _run_meta(func: Callable, name: str, margs: tuple, mkwargs: dict, mode: _MetaMode,
+              translated: bool = False) -> Any:  # fmt: skip
     """The kernel's result: under torch's Python dispatcher first (Python meta kernels and decompositions for the
-    C++ kernels that need concrete sizes), else plain C++ dispatch; an error is eager's if eager raises it too."""
+    C++ kernels that need concrete sizes), else plain C++ dispatch; an error is eager's if eager raises it too.
+    (`translated`: a run on placeholder sizes, which stops at the first failure.)"""
     errors = []
     for python_dispatcher in (True, False):
         try:
@@ -297,6 +350,8 @@ def _run_meta(func: Callable, name: str, margs: tuple, mkwargs: dict, mode: _Met
                 name, f"its output size is data-dependent ({e}); run it outside the compiled function"
             ) from None
         except Exception as e:  # noqa: BLE001 - decided below: eager's error, or a limit of the symbolic path
+            if translated:
+                raise
             errors.append(e)
     first = errors[0]
     symbolic_only = any(m in str(first) for m in _SYMBOLIC_FAILURES)
@@ -351,7 +406,7 @@ def _check_mutations(name: str, stand_ins: _Stand_ins, written: set[int]) -> boo
     pure = True
     for meta, proxy, version in stand_ins.tensors:
         # (sizes compared even when the version did not move: a Python meta kernel may resize without bumping it)
-        if _dims(meta) != proxy.dims or meta.dtype != proxy.dtype:
+        if _dims(meta) != stand_ins.dims(proxy) or meta.dtype != proxy.dtype:
             raise unsupported(name, "it changes a tensor's shape or dtype in place; use the out-of-place op")
         pure = pure and meta._version == version and id(meta) not in written
     return pure
@@ -361,28 +416,44 @@ def _dims(meta: torch.Tensor) -> tuple:
     return tuple(S.expr_of(s) for s in meta.shape)
 
 
-def _outputs(name: str, out: Any, stand_ins: _Stand_ins, device: torch.device, pure: bool,
-             requires_grad: bool = False) -> Any:  # fmt: skip
+def _describe(name: str, out: Any, stand_ins: _Stand_ins) -> tuple[list, Any]:
+    """The kernel's outputs, flat: ("input", k) for the k-th tensor argument itself, ("new", sizes, dtype) for a
+    new tensor, ("value", v) for a dtype, device, ..., ("number", proxy) for `.item()` of an integer tensor; and
+    their tree."""
     leaves, spec = pytree.tree_flatten(out)
-    by_id = {id(meta): proxy for meta, proxy, _ in stand_ins.tensors}
-    grad = torch.is_grad_enabled() and any(p.requires_grad for _, p, _ in stand_ins.tensors)
-    grad = (grad and name.rpartition(".")[2] not in _NOT_DIFFERENTIABLE) or requires_grad  # (`requires_grad=True`)
-    state = context.require()
-    results = []
+    index = {id(meta): k for k, (meta, _, _) in enumerate(stand_ins.tensors)}
+    outputs: list[tuple] = []
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
-            proxy = by_id.get(id(leaf))
-            if proxy is None:
-                wants_grad = grad and (leaf.dtype.is_floating_point or leaf.dtype.is_complex)
-                proxy = TensorProxy(state.names.fresh("t"), _dims(leaf), leaf.dtype, device, wants_grad)
-            results.append(proxy)
+            k = index.get(id(leaf))
+            outputs.append(("input", k) if k is not None else ("new", _dims(leaf), leaf.dtype))
         elif isinstance(leaf, _VALUE_RESULTS):
-            results.append(leaf)
-        elif (number := fake_rules.number(leaf)) is not None:  # `.item()` of an integer tensor
-            results.append(number)
+            outputs.append(("value", leaf))
+        elif (number := fake_rules.number(leaf)) is not None:
+            outputs.append(("number", number))
         else:
             raise unsupported(name, f"it returns a {type(leaf).__name__}, which the generic path does not trace "
                               "(it could depend on the real tensor's layout or data)")  # fmt: skip
+    return outputs, spec
+
+
+def _build(name: str, outputs: list, spec: Any, inputs: list[TensorProxy], device: torch.device, pure: bool,
+           kwargs: dict, real: dict | None = None) -> Any:  # fmt: skip
+    """The call's result from its outputs' descriptions (new sizes over placeholders where `real` is given)."""
+    grad = torch.is_grad_enabled() and any(p.requires_grad for p in inputs)
+    grad = (grad and name.rpartition(".")[2] not in _NOT_DIFFERENTIABLE) or kwargs.get("requires_grad") is True
+    state = context.require()
+    results = []
+    for tag, *rest in outputs:
+        if tag == "input":
+            results.append(inputs[rest[0]])
+        elif tag == "new":
+            dims, dtype = rest
+            dims = dims if real is None else kernel_memo.real_dims(dims, real)
+            wants_grad = grad and (dtype.is_floating_point or dtype.is_complex)
+            results.append(TensorProxy(state.names.fresh("t"), dims, dtype, device, wants_grad))
+        else:
+            results.append(rest[0])
     if not any(isinstance(r, Proxy) for r in results) and pure:
         raise unsupported(name, "it returns no tensor")
     return pytree.tree_unflatten(results, spec)
