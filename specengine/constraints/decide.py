@@ -129,6 +129,7 @@ class Decider:
         n, nf, self._memo, self._subst, self._constrained, self._proved, facts, assumptions = saved
         if len(self.constraints) != n:
             self._solver = None  # (rebuilt from the constraints kept)
+            self._facts = None  # (its bounds came from the constraints forgotten too)
         del self.constraints[n:], self.float_constraints[nf:]
         del self.unbacked.facts[facts:], self.unbacked.assumptions[assumptions:]
 

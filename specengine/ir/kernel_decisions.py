@@ -180,7 +180,7 @@ def decide_or(b: E.Expr, default: bool) -> bool:
     else:
         shortcut = True
     if t is not None:
-        t.note("or", b, (default, shortcut, attempt and attempt.defaults), answer)
+        t.note("or", b, (default, shortcut), answer)
     return answer
 
 
@@ -289,16 +289,19 @@ class Translation:
         self.real = real
         self._memo: dict = {}
         self.spoiled = False  # the run reached something untranslated (even if a kernel caught it)
-        self.log: list[tuple] = []
+        self.log: list[tuple] = []  # the questions of the current segment
+        self.segments: list[list[tuple]] = []  # before the kernel (its stand-ins), then one per try
         self._seen: set[tuple] = set()
-        self._start: int | None = None
 
     def begin(self) -> None:
-        """The kernel starts (again: `defaults_first`'s second try forgets what the first one asked)."""
-        if self._start is None:
-            self._start = len(self.log)
-        del self.log[self._start :]
-        self._seen = {entry[:4] for entry in self.log}
+        """The kernel starts (again, in `defaults_first`'s second try: the first one's log is kept, as a replay
+        fails the same way where its answers are the same)."""
+        self.segments.append(self.log)
+        self.log, self._seen = [], set()
+
+    def finish(self) -> list[list[tuple]]:
+        """The segments of a finished run."""
+        return [*self.segments, self.log]
 
     def __call__(self, e: E.Expr) -> E.Expr:
         return e.subs(self.real, self._memo)
@@ -328,17 +331,31 @@ class translating:
         _translation = self.saved
 
 
-def replay(log: list[tuple], real: dict[str, E.Expr]) -> bool:
+def replay(segments: list[list[tuple]], real: dict[str, E.Expr]) -> bool:
     """Ask a logged run's questions of the sizes `real` (placeholder name -> Expr), in order, as the kernel asked
-    them (each may record a constraint); False at the first answer that differs (the caller restores the state)."""
+    them (each may record a constraint), in its tries as `defaults_first` makes them; False at the first answer that
+    differs (the caller restores the state)."""
     memo: dict = {}
-    attempts = {None: None, True: _Attempt(True, replaying=True), False: _Attempt(False, replaying=True)}
+    if not _replay(segments[0], real, memo, None):
+        return False
+    if len(segments) == 2:  # one try, answering guard_or_* by default
+        return _replay(segments[1], real, memo, _Attempt(True, replaying=True))
+    first = _Attempt(True)  # failed where these answers are the same: its decisions after `saved` are dropped
+    if not _replay(segments[1], real, memo, first) or first.saved is None:
+        return False
+    s = _state()
+    s.decider.restore(first.saved[0])
+    del s.pending[first.saved[1] :]
+    return _replay(segments[2], real, memo, _Attempt(False, replaying=True))
+
+
+def _replay(log: list[tuple], real: dict[str, E.Expr], memo: dict, attempt: _Attempt | None) -> bool:
     for tag, e, extra, answer, site in log:
         r = e.subs(real, memo)
         if tag == "decide":
             got = _decide(r, extra, site)
         elif tag == "or":
-            got = _or_shortcut(r, extra[0], attempts[extra[2]])
+            got = _or_shortcut(r, extra[0], attempt)
             if got is None:
                 if extra[1]:  # (answered without a decision when logged: one now)
                     return False

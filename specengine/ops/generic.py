@@ -239,7 +239,7 @@ def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
     _check_printable(name, (args, kwargs))
     call = kernel_memo.Call(func, args, kwargs)
     if call.key is not None:
-        found = kernel_memo.replay(call)
+        found = kernel_memo.replay(call, name)
         if found is not None:
             run, real = found
             device = _device(kwargs["device"]) if kwargs.get("device") is not None else None

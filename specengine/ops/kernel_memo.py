@@ -23,6 +23,7 @@ data-dependent size), runs that needed torch's other dispatcher, and runs that f
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ from specengine.ir.proxies import NumberProxy, SymSize, TensorProxy
 _PLAIN = frozenset({int, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format})
 _MAX_RUNS = 4  # logged runs kept per pattern (a pattern whose answers vary runs the kernel again)
 ENABLED = True  # (tests compare traces and guards with and without the memo)
+STATS: Counter = Counter()  # runs "logged", calls "replayed", replays whose answers "differed"
 
 
 def _settings() -> tuple:
@@ -109,8 +111,8 @@ class Run:
 
     __slots__ = ("log", "outputs", "spec", "pure")
 
-    def __init__(self, t: K.Translation, outputs: list, spec: Any, pure: bool):
-        self.log = t.log
+    def __init__(self, log: list[list[tuple]], outputs: list, spec: Any, pure: bool):
+        self.log = log
         self.outputs, self.spec, self.pure = outputs, spec, pure
 
 
@@ -118,7 +120,7 @@ def _runs() -> dict:
     return context.require().kernel_runs
 
 
-def replay(call: Call) -> tuple[Run, dict[str, E.Expr]] | None:
+def replay(call: Call, name: str) -> tuple[Run, dict[str, E.Expr]] | None:
     """A logged run of `call`'s pattern whose questions, asked of `call`'s sizes, get the same answers (each
     recorded as a constraint where it would be), with the substitution that gives `call`'s sizes; else None,
     with nothing recorded."""
@@ -129,8 +131,12 @@ def replay(call: Call) -> tuple[Run, dict[str, E.Expr]] | None:
     real = Call._real(call.exprs)
     for run in runs:
         saved = (state.decider.checkpoint(), len(state.pending))
-        if K.replay(run.log, real):
+        with K.running_op(name):
+            same = K.replay(run.log, real)
+        if same:
+            STATS["replayed"] += 1
             return run, real
+        STATS["differed"] += 1
         state.decider.restore(saved[0])
         del state.pending[saved[1] :]
     return None
@@ -138,11 +144,13 @@ def replay(call: Call) -> tuple[Run, dict[str, E.Expr]] | None:
 
 def store(call: Call, t: K.Translation, outputs: list, spec: Any, pure: bool) -> None:
     """Keep a finished run of `call`'s pattern (one run in one dispatcher, reaching nothing untranslated)."""
-    if t.spoiled:
+    segments = t.finish()
+    if t.spoiled or len(segments) not in (2, 3):  # (stand-ins, then one or two tries of defaults_first)
         return
     runs = _runs().setdefault(call.key, [])
     if len(runs) < _MAX_RUNS:
-        runs.append(Run(t, outputs, spec, pure))
+        runs.append(Run(segments, outputs, spec, pure))
+        STATS["logged"] += 1
 
 
 def real_dims(dims: tuple, real: dict[str, E.Expr]) -> tuple:
