@@ -108,13 +108,22 @@ def test_tensor_queries_go_through_the_shape_prim():
     assert guards(cfn) == []
 
 
-def test_len_of_tensor_pins_first_dim():
-    def f(x):
-        return x * len(x)
+def test_len_of_tensor_is_its_first_size():
+    """`len(x)` is `x.shape[0]` (symbolic); where Python needs a real int (`range`), that pins it."""
 
-    cfn = sweep(f, [[(2, 3)], [(2, 5)], [(3, 3)]])
-    assert counts(cfn) == (2, 1)
-    assert guards(cfn) == ["x.shape[0] == 3"]
+    def f(x):
+        return x * len(x), x.new_zeros(len(x), 2)
+
+    cfn = sweep(f, [[(2, 3)], [(2, 5)], [(3, 3)], [(0, 3)], [(1, 1)]])
+    assert counts(cfn) == (1, 4)
+    assert guards(cfn) == []
+
+    def g(x):
+        return sum(x[i] for i in range(len(x)))
+
+    cfn = sweep(g, [[(2, 3)], [(2, 5)], [(3, 3)], [(1, 3)]])
+    assert counts(cfn) == (3, 1)
+    assert guards(cfn) == ["x.shape[0] == 1"]
 
 
 def test_data_dependent_ops_raise_unsupported_with_the_user_line():

@@ -282,6 +282,18 @@ def _extremum(real: Callable, prim: str) -> Callable:
     return extremum
 
 
+_real_len = builtins.len
+
+
+def _traced_len(obj: Any, /) -> Any:
+    """The builtin `len` while tracing: of a tensor, its first size as `x.shape[0]` is (symbolic, nothing decided:
+    `x.view(len(idx), -1)`); anything else, the builtin (a tensor's own `__len__` pins, for callers Python's protocol
+    reaches without this, such as C code)."""
+    if type(obj) is proxies.TensorProxy and obj.dims:
+        return obj.shape[0]
+    return _real_len(obj)
+
+
 def _symbolic_ints(items: Sequence) -> bool:
     symbolic = False
     for x in items:
@@ -497,3 +509,4 @@ _install_foreign_operands()
 proxies.add_tracing_patch(math, "sqrt", sqrt)
 proxies.add_tracing_patch(builtins, "max", _extremum(builtins.max, "sym_max"))
 proxies.add_tracing_patch(builtins, "min", _extremum(builtins.min, "sym_min"))
+proxies.add_tracing_patch(builtins, "len", _traced_len)
