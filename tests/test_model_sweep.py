@@ -87,3 +87,26 @@ def test_longformer_runs_its_chunked_attention_as_users_call_it():
     assert run.error == "" and run.works and run.wrong == 0
     assert (specengine.cache_misses(cfn), specengine.cache_hits(cfn)) == (2, 2)
     assert "%8 > 0" in specengine.recompile_reasons(cfn)[0]
+
+
+def test_longformer_global_attention_is_data_dependent_not_an_entry_per_count():
+    """`global_attention_mask` marks tokens that attend everywhere: Longformer gathers them with `nonzero` and views
+    its output as `len(is_local_index_global_attn_nonzero[0]), -1` (the length of an unbacked size: symbolic, was
+    refused). Calls with 1, 2 and 3 global tokens at other places (and batch sizes) are equal to eager; the number
+    of global tokens is data, not an entry; a call with none takes the other side of Longformer's
+    `if is_index_global_attn.flatten().any().item():` and its other data branches, entries of their own (taken by
+    speculation: the first call compiles two; the call with one global token takes two more data branches the other
+    way, an entry each)."""
+    model = model_sweep.hf_model("longformer", layers=1).eval()
+    calls = [(2, 8, [0]), (1, 8, [0, 3]), (3, 16, [1, 2, 7]), (1, 16, [5]), (2, 8, [])]
+    cfn = specengine.compile(model, dynamic=True)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for b, t, where in calls:
+            ids = torch.randint(0, model.config.vocab_size, (b, t))
+            mask = torch.ones(b, t, dtype=torch.long)
+            glob = torch.zeros(b, t, dtype=torch.long)
+            glob[:, where] = 1
+            kwargs = {"input_ids": ids, "attention_mask": mask, "global_attention_mask": glob}
+            torch.testing.assert_close(cfn(**kwargs)[0], model(**kwargs)[0])
+    assert (specengine.cache_misses(cfn), specengine.cache_hits(cfn)) == (4, 3)

@@ -38,6 +38,7 @@ class UnbackedSymbol:
     hi: int | None = None
     hi_expr: E.Expr | None = None  # an upper bound over backed symbols (`x.numel()`), a fact
     size_like: bool = False  # a size (an op's output size, or a value assumed >= 0): size-oblivious reasoning applies
+    bound: bool = False  # the computation reads it before the op being recorded (a check may go there)
 
     @property
     def description(self) -> str:

@@ -28,6 +28,7 @@ def binders(state: Any, out: Any, source: Any) -> list:
             raise UnsupportedOpError(op, source.where if source else "<unknown>", f"its data-dependent size "
                                      f"{unbacked.describe(name)} is not a size of its outputs")  # fmt: skip
         info = state.decider.unbacked.symbols[name]
+        info.bound = True
         proxy = NumberProxy(name, u, state.decider.hints[name], int)
         made.append(BoundSymbol(_prims().unbacked_size, (*found, info.description), (), proxy, (), source))
     state.pending_binds.clear()

@@ -37,12 +37,13 @@ def _repeatable(state: Any, b: BoundSymbol, pos: int) -> bool:
     return b.sym.pure or (HOOKS.writes_fresh is not None and HOOKS.writes_fresh(state, b, pos))
 
 
-def speculate(state: Any, b: E.Expr, op: str) -> bool:
-    """Take a side of the branch `bool(b)` and assert it in the computation; returns the side taken."""
+def speculate(state: Any, b: E.Expr, op: str, default: bool = False, before_op: bool = False) -> bool:
+    """Take a side of the branch `bool(b)` (`default` unless a misspeculation asked for the other) and assert it in
+    the computation (`before_op`: before the op being recorded, not after it); returns the side taken."""
     source = user_frame(op, "a branch on tensor data, taken by speculation")
     decider = state.decider
     key = f"{b} at {source.where}"
-    value = decider.speculation.get(key, False)
+    value = decider.speculation.get(key, default)
     taken = tuple(decider.speculated)
     decider.speculated.append((key, value))
     if isinstance(b, FloatExpr):  # (floats are not reasoned about: nothing later is proved from it)
@@ -50,7 +51,11 @@ def speculate(state: Any, b: E.Expr, op: str) -> bool:
     else:
         fact = b if value else E.not_(b)
         decider.unbacked.assume(fact, source)
-    state.emit(BoundSymbol(_prims().check_speculation, (fact, key, value, taken), (), None, (), source))
+    check = BoundSymbol(_prims().check_speculation, (fact, key, value, taken), (), None, (), source)
+    if before_op:
+        state.scopes[0].append(check)
+    else:
+        state.emit(check)
     return value
 
 

@@ -10,10 +10,12 @@ A decision on an unbacked symbol (`TraceState.decide`) is, in this order:
 1. *proved* from the ranges, the recorded constraints and the unbacked facts and assumptions so far: nothing is
    emitted;
 2. else taken *size-obliviously*: each size-like unbacked symbol counts as at least 2 (torch's guard_size_oblivious);
-   where that decides it, the decision is assumed and asserted at run time (`prims.check_sym`);
+   where that decides it, the decision is taken by speculation (ir/speculation.py: checked before the op being
+   recorded; data on the other side is another entry), else assumed and asserted at run time (`prims.check_sym`);
 3. else, for a check an op makes (its validity: divisibility, a non-negative size), the condition as the op states
-   it is assumed and asserted; a branch of the program itself (`if n > 5:`) is refused with UnsupportedOpError
-   naming `specengine.check`.
+   it is assumed and asserted (a `u == 1` or `u == 0` question, whose either answer is a computation, speculated
+   as in 2); a branch of the program itself (`if n > 5:`) is taken by speculation where it can be, else refused
+   with UnsupportedOpError naming `specengine.check`.
 
 A failed assertion raises `DataDependentCheckError` (a RuntimeError) naming the line of the decision and the
 symbol's origin. Nothing here is a guard: the prologue never sees an unbacked symbol.
@@ -93,12 +95,29 @@ def decide(state: Any, b: E.Expr, op: str, reason: str) -> bool:
     oblivious = frozenset(s.name for s in decider.unbacked.of(b) if s.size_like)
     if oblivious:
         value = decider.prove(b, oblivious)
+    speculable = value is not None or _zero_or_one(b)  # (a check of validity stays asserted: its failure is eager's)
     if value is None:
         if op in _BRANCH_OPS:
             return branch(state, b, op)
         value = True  # an op's own check, stated as the condition under which it is valid
+    if speculable and _speculable(state, b):  # the other side is an entry, as for a branch on data
+        return speculate(state, b, op, default=value, before_op=True)
     assume(state, b if value else E.not_(b), op, reason)
     return value
+
+
+def _zero_or_one(b: E.Expr) -> bool:
+    """`e == 0`, `e != 1`, ...: a kernel's question whose either answer is a computation (an empty tensor, a
+    broadcast), not its validity."""
+    if b.op != "rel" or b.args[0] not in ("==", "!="):
+        return False
+    return any(a.op == "const" and a.value in (0, 1) for a in b.args[1:])
+
+
+def _speculable(state: Any, b: E.Expr) -> bool:
+    """Whether a size-oblivious decision can be speculated: its check can run before the op being recorded (every
+    unbacked symbol in it is read by then) and running the computation up to there again is not observable."""
+    return all(s.bound for s in state.decider.unbacked.of(b)) and first_unrepeatable(state) is None
 
 
 def branch(state: Any, b: Any, op: str) -> bool:

@@ -51,6 +51,7 @@ def read_symbol(prim: Any, args: tuple, what: str, python_type: type = int, lo: 
     info = state.decider.unbacked.symbols[name]
     proxy = NumberProxy(name, e, state.decider.hints[name], as_type or info.python_type)
     bsym = BoundSymbol(prim, (*args, info.description), (), proxy, (), user_frame(op))
+    info.bound = before or len(state.scopes) == 1  # (else read after the op being recorded)
     if before:
         state.scopes[0].append(bsym)
     else:
