@@ -68,7 +68,7 @@ def _global(a):
 _BAD: dict[str, Callable] = {
     "item": lambda a: (a.add_(1), a * 2 if a.sum().item() > 0 else a)[1],  # a data branch after an input write
     "tolist": lambda a: a * len(a.reshape(1, -1).tolist()),  # 2-D
-    "nonzero": lambda a: a * len(torch.nonzero(a)),  # a data-dependent size pinned
+    "nonzero": lambda a: a * int(len(torch.nonzero(a))),  # a data-dependent size pinned
     "bool": lambda a: (a.add_(1), a * 2 if a.sum() > 0 else a)[1],  # as "item", through Tensor.__bool__
     "print": _print,
     "global": _global,

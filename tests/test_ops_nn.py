@@ -436,7 +436,7 @@ def _mask_index(x: torch.Tensor) -> torch.Tensor:
 
 
 UNSUPPORTED = [
-    ("data-dependent u0", lambda x: x * len(torch.nonzero(x))),  # a data-dependent size pinned
+    ("data-dependent u0", lambda x: x * int(len(torch.nonzero(x)))),  # a data-dependent size pinned
     ("one_hot", lambda x: F.one_hot(x.long().abs())),  # data-dependent, and torch has no fake rule for it
     ("data-dependent u0", _mask_index),  # a branch on a data-dependent size, after an input write (no speculation)
     ("Tensor.tolist", lambda x: x.tolist()),  # 2-D
