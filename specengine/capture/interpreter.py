@@ -64,10 +64,13 @@ from specengine.prologue.structure import ObjectsGuard, StructureGuard
 
 
 def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Shadows,
-           made: dict[str, Any] | None = None) -> Any:  # fmt: skip
+           made: dict[str, Any] | None = None, static: dict[str, E.Expr] | None = None) -> Any:  # fmt: skip
+    """The proxy of an input; a size in `static` (module state's pinned sizes) is its constant: the prologue checks
+    it all the same (the solver pins every symbol whose range is one value), and a trace over a convnet's kernel
+    sizes as symbols carried them through every later size (EfficientNet: 1500 symbols in one spatial size)."""
     made = {} if made is None else made  # local -> tensor proxy, for arguments passed twice (AliasSpec)
     if isinstance(spec, TensorSpec):
-        dims = tuple(E.sym(s) for s in spec.symbols)
+        dims = tuple(static.get(s) or E.sym(s) if static else E.sym(s) for s in spec.symbols)
         proxy = TensorProxy(names.reserve(spec.local), dims, spec.dtype, spec.device, spec.requires_grad, spec.type)
         made[spec.local] = shadows.param(proxy)
         return proxy
@@ -80,14 +83,14 @@ def _proxy(spec: Any, names: NameGen, hints: dict[str, int], shadows: objects.Sh
         return shadows.param(NumberProxy(names.reserve(spec.symbol), expr, hints[spec.symbol], float))
     if isinstance(spec, NodeSpec):
         node = pytree.SUPPORTED_NODES[spec.node_type]
-        children = [_proxy(c, names, hints, shadows, made) for c in spec.children]
+        children = [_proxy(c, names, hints, shadows, made, static) for c in spec.children]
         if spec.node_type is torch.Size:  # a SymSize where a size is symbolic
             return shadows.container(spec, unflatten_size(children, None))
         value = _rebuilt(spec, children) if spec.state is not None else node.unflatten_fn(children, spec.context)
         made[spec.local] = shadows.container(spec, value)
         return made[spec.local]
     if isinstance(spec, ObjectSpec):
-        made[spec.local] = shadows.object(spec, [_proxy(c, names, hints, shadows, made) for c in spec.children])
+        made[spec.local] = shadows.object(spec, [_proxy(c, names, hints, shadows, made, static) for c in spec.children])
         return made[spec.local]
     assert isinstance(spec, ConstSpec)
     shadows.constant(spec)
@@ -169,7 +172,12 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     state, shadows = _new_state(specs, decider), objects.Shadows()
     names, made = state.names, {}
     values = [_proxy(p, names, specs.hints, shadows, made) for p in specs.params]
-    state_values = [_proxy(p, names, specs.hints, shadows) for p in specs.state]
+    static = {
+        s: E.const(lo)
+        for s, (lo, hi) in specs.ranges.items()
+        if lo is not None and lo == hi and s in specs.static_symbols
+    }
+    state_values = [_proxy(p, names, specs.hints, shadows, static=static) for p in specs.state]
     args, kwargs = _call_args(specs.signature, values)
     target = unwrap(callable_target(fn))[0]  # the function under partials and bound methods
     _check_function(target)

@@ -304,7 +304,7 @@ class Translation:
         return [*self.segments, self.log]
 
     def __call__(self, e: E.Expr) -> E.Expr:
-        return e.subs(self.real, self._memo)
+        return _as_direct(e.subs(self.real, self._memo))
 
     def note(self, tag: str, e: E.Expr, extra: Any, answer: Any) -> None:
         # (a question asked again with the same answer adds nothing: replaying the first is enough)
@@ -314,6 +314,15 @@ class Translation:
 
 
 _translation: Translation | None = None
+_MIRRORED = {"==": E.eq, "!=": E.ne, "<": E.gt, "<=": E.ge, ">": E.lt, ">=": E.le}
+
+
+def _as_direct(b: E.Expr) -> E.Expr:
+    """`3 == s1` (a placeholder that stood for a constant, on the left) as the direct run asks it: `s1 == 3` (Python
+    gives an int's comparison with a SymInt to the SymInt's reflected method), so that reasons read the same."""
+    if b.op == "rel" and b.args[1].op == "const" and b.args[2].op != "const":
+        return _MIRRORED[b.args[0]](b.args[2], b.args[1])
+    return b
 
 
 class translating:
@@ -351,7 +360,7 @@ def replay(segments: list[list[tuple]], real: dict[str, E.Expr]) -> bool:
 
 def _replay(log: list[tuple], real: dict[str, E.Expr], memo: dict, attempt: _Attempt | None) -> bool:
     for tag, e, extra, answer, site in log:
-        r = e.subs(real, memo)
+        r = _as_direct(e.subs(real, memo))
         if tag == "decide":
             got = _decide(r, extra, site)
         elif tag == "or":

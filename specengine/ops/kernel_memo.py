@@ -1,10 +1,12 @@
 """Memoized kernel runs: a trace runs torch's meta kernel once per shape pattern of its generic calls, and every
 later call of the same pattern replays the questions that run asked instead of running the kernel again.
 
-A call's *pattern* is its op, its arguments with each non-constant size replaced by a numbered placeholder (one
-placeholder per distinct Expr, in order of appearance), and the global settings a kernel reads. A convnet's
-batch norms differ in their spatial sizes but share a few patterns; torch's Python reference for one costs
-40 ms of SymInt arithmetic, its replay well under one.
+A call's *pattern* is its op, its arguments with each size other than 0 and 1 replaced by a numbered placeholder
+(one placeholder per distinct Expr, in order of appearance: a constant size too, the weight's channels as much as
+the activation's spatial sizes), and the global settings a kernel reads. A convnet's batch norms differ in their
+channels and spatial sizes but share a few patterns; torch's Python reference for one costs 40 ms of SymInt
+arithmetic, its replay well under one. (A question on a constant size, asked of the real size, is a constant:
+nothing is recorded for it, as on the direct path.)
 
 The first call of a pattern runs the kernel on meta tensors whose sizes are placeholder symbols. Each question
 the kernel asks (ir/kernel_decisions.py: decisions, guard_or_*, pins, static checks) is asked of the real sizes,
@@ -64,7 +66,7 @@ class Call:
         self.key = None if None in parts or not ENABLED else (func, spec, parts, _settings())
 
     def _slot(self, e: E.Expr) -> Any:
-        if e.op == "const":
+        if e.op == "const" and e.value in (0, 1):  # (kernels test these themselves: kept as they are)
             return e.value
         i = self._slots.get(e)
         if i is None:
@@ -94,8 +96,9 @@ class Call:
         return None
 
     def placeholder(self, e: E.Expr) -> E.Expr:
-        """The placeholder Expr of a size of an argument (a constant stays itself)."""
-        return e if e.op == "const" else E.sym(f"_kernel_size{self._slots[e]}")
+        """The placeholder Expr of a size of an argument (0 and 1 stay themselves)."""
+        i = self._slots.get(e)
+        return e if i is None else E.sym(f"_kernel_size{i}")
 
     def translation(self) -> K.Translation:
         return K.Translation(self._real(self.exprs))
