@@ -303,3 +303,25 @@ def test_unused_op_checked_on_example_sizes_still_raises_like_eager():
     with pytest.raises(RuntimeError):
         cfn(torch.randn(2), torch.randn(3))
     assert specengine.cache_misses(cfn) == 1
+
+
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_an_op_keeps_the_list_it_was_given_as_it_was(n):
+    """A list passed to an op and changed afterwards (DenseNet appends to the `features` it concatenates; here an
+    element is also replaced): the op ran on the list as it was then. The bound symbol held the list itself, so the
+    trace printed its later members: a crash where they did not exist yet, a wrong result where they did."""
+
+    def f(a, b):
+        xs = [a]
+        y = torch.cat(xs, 0)
+        xs.append(b)
+        z = torch.cat(xs, 0)
+        xs[0] = b
+        w = torch.stack(xs)
+        return y, z, w
+
+    cfn = specengine.compile(f, dynamic=True)
+    for k in (n, n + 2):
+        a, b = torch.randn(k, 3), torch.randn(k, 3)
+        torch.testing.assert_close(cfn(a, b), f(a, b))
+    assert (specengine.cache_misses(cfn), specengine.cache_hits(cfn)) == (1, 1)

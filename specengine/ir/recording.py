@@ -157,6 +157,7 @@ class TraceState:
         if top and sym.print_name in _NO_OP_VIEWS and not (subsymbols or raises or token or self.pending):
             if any(out is a for a in args) and not self.pending_binds:
                 return out  # a view that changes nothing (`x.t()` of a 1-D x): recorded, it would rebind its input
+        args, kwargs = _snapshot(args), _snapshot(kwargs)  # (the program may change a list it passed afterwards)
         self.scopes[-1].append(BoundSymbol(sym, args, tuple(kwargs.items()), out, subsymbols, source, raises))
         if top and (self.pending_binds or self.pending):
             self._flush(out, source)
@@ -239,6 +240,19 @@ class TraceState:
                 raise unbacked.pin_error(e, op, _text(reason))
             return value
         return self.decider.pin(e, lambda: user_frame(op, _text(reason)))
+
+
+def _snapshot(x: Any) -> Any:
+    """`x` with every list and dict in it copied: an op's arguments as they were when it ran (DenseNet appends to
+    the list it passed to `torch.cat`; a bound symbol holding that list printed the later members)."""
+    t = type(x)
+    if t is list:
+        return [_snapshot(v) for v in x]
+    if t is tuple:
+        return x if not any(type(v) in (list, tuple, dict) for v in x) else tuple(_snapshot(v) for v in x)
+    if t is dict:
+        return {k: _snapshot(v) for k, v in x.items()}
+    return x
 
 
 def _text(reason: str | Callable[[], str]) -> str:
