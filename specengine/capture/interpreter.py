@@ -161,6 +161,12 @@ def _attribute_inputs(modules: list, promoted: frozenset) -> set[tuple[int, str]
             if isinstance(v, torch.Tensor) or (id(sub), k) in promoted}  # fmt: skip
 
 
+def _static_sizes(specs: InputSpecs) -> dict[str, E.Expr]:
+    """Module state's sizes whose range is one value, as constants (see `_proxy`)."""
+    return {s: E.const(lo) for s, (lo, hi) in specs.ranges.items()
+            if lo is not None and lo == hi and s in specs.static_symbols}  # fmt: skip
+
+
 @walks_stop_at
 def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[Trace, CaptureState]:
     """Run `fn` on proxies made from `specs`; every decision on a symbol goes through `decider`.
@@ -172,12 +178,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     state, shadows = _new_state(specs, decider), objects.Shadows()
     names, made = state.names, {}
     values = [_proxy(p, names, specs.hints, shadows, made) for p in specs.params]
-    static = {
-        s: E.const(lo)
-        for s, (lo, hi) in specs.ranges.items()
-        if lo is not None and lo == hi and s in specs.static_symbols
-    }
-    state_values = [_proxy(p, names, specs.hints, shadows, static=static) for p in specs.state]
+    state_values = [_proxy(p, names, specs.hints, shadows, static=_static_sizes(specs)) for p in specs.state]
     args, kwargs = _call_args(specs.signature, values)
     target = unwrap(callable_target(fn))[0]  # the function under partials and bound methods
     _check_function(target)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -144,9 +144,7 @@ def defaults_first(run: Any) -> Any:
             raise
     finally:
         _attempts.pop()
-    s = _state()
-    s.decider.restore(attempt.saved[0])
-    del s.pending[attempt.saved[1] :]
+    _state().restore(attempt.saved)
     _attempts.append(_Attempt(defaults=False))
     try:
         if _translation is not None:
@@ -171,7 +169,7 @@ def decide_or(b: E.Expr, default: bool) -> bool:
     attempt = _attempts[-1] if _attempts else None
     answer = _or_shortcut(r, default, attempt)
     if answer is None:
-        kind = f"guard_or_{str(default).lower()}"
+        kind = _or_kind(default)
         if _in_layout_function(kind):
             LAYOUT_DECISIONS[current_op()] += 1
             return bool(_state().decider.hints.eval(r))
@@ -190,34 +188,29 @@ def decide(b: E.Expr, kind: str) -> bool:
     if _in_layout_function(kind):
         LAYOUT_DECISIONS[current_op()] += 1
         return bool(hint(b))
-    t = _translation
-    if t is None:
-        return _decide(b, kind)
-    answer = _decide(t(b), kind)
-    t.note("decide", b, kind, answer)
-    return answer
+    return _asked("decide", b, kind, _decide)
 
 
 def pin(e: E.Expr, kind: str) -> int:
     if e.op == "const":
         return e.value
-    t = _translation
-    if t is None:
-        return _pin(e, kind)
-    value = _pin(t(e), kind)
-    t.note("pin", e, kind, value)
-    return value
+    return _asked("pin", e, kind, _pin)
 
 
 def known(b: E.Expr) -> bool | None:
     """What the constraints say of `b` without recording anything (torch's statically_known_true), else None."""
     if b.op == "bconst":
         return b.value
+    return _asked("known", b, None, _known)
+
+
+def _asked(tag: str, e: E.Expr, extra: Any, answer_of: Callable[[E.Expr, Any], Any]) -> Any:
+    """`answer_of(e, extra)`; under a translation, of the real sizes, logged."""
     t = _translation
     if t is None:
-        return _known(b)
-    answer = _known(t(b))
-    t.note("known", b, None, answer)
+        return answer_of(e, extra)
+    answer = answer_of(t(e), extra)
+    t.note(tag, e, extra, answer)
     return answer
 
 
@@ -233,6 +226,10 @@ def unbacked_symbols() -> dict:
     return {} if _translation is not None else _state().decider.unbacked.symbols
 
 
+def _or_kind(default: bool) -> str:
+    return f"guard_or_{str(default).lower()}"
+
+
 def _or_shortcut(b: E.Expr, default: bool, attempt: _Attempt | None) -> bool | None:
     """guard_or_*'s answer where it needs no decision, else None (`attempt`: the kernel run it is asked in)."""
     if b.op == "bconst":
@@ -245,7 +242,7 @@ def _or_shortcut(b: E.Expr, default: bool, attempt: _Attempt | None) -> bool | N
         return default
     if attempt is not None and attempt.defaults and s.decider.implied(b, not default) is False:
         if attempt.saved is None and not attempt.replaying:
-            attempt.saved = (s.decider.checkpoint(), len(s.pending))
+            attempt.saved = s.checkpoint()
         return default
     return None
 
@@ -261,7 +258,7 @@ def _pin(e: E.Expr, kind: str, site: str | None = None) -> int:
     return _state().pin(e, current_op(), lambda: f"{kind} pins {e} ({site or kernel_site()})")
 
 
-def _known(b: E.Expr) -> bool | None:
+def _known(b: E.Expr, _: Any = None) -> bool | None:
     if b.op == "bconst":
         return b.value
     s = _state()
@@ -352,9 +349,7 @@ def replay(segments: list[list[tuple]], real: dict[str, E.Expr]) -> bool:
     first = _Attempt(True)  # failed where these answers are the same: its decisions after `saved` are dropped
     if not _replay(segments[1], real, memo, first) or first.saved is None:
         return False
-    s = _state()
-    s.decider.restore(first.saved[0])
-    del s.pending[first.saved[1] :]
+    _state().restore(first.saved)
     return _replay(segments[2], real, memo, _Attempt(False, replaying=True))
 
 
@@ -368,7 +363,7 @@ def _replay(log: list[tuple], real: dict[str, E.Expr], memo: dict, attempt: _Att
             if got is None:
                 if extra[1]:  # (answered without a decision when logged: one now)
                     return False
-                got = _decide(r, f"guard_or_{str(extra[0]).lower()}", site)
+                got = _decide(r, _or_kind(extra[0]), site)
         elif tag == "pin":
             got = _pin(r, extra, site)
         else:

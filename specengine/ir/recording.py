@@ -184,6 +184,15 @@ class TraceState:
         finally:
             self.scopes.pop()
 
+    def checkpoint(self) -> tuple:
+        """What `restore` needs to forget every decision and pending check recorded after now."""
+        return self.decider.checkpoint(), len(self.pending)
+
+    def restore(self, saved: tuple) -> None:
+        """Forget the decisions and pending checks recorded since `saved` (a kernel run that is run again)."""
+        self.decider.restore(saved[0])
+        del self.pending[saved[1] :]
+
     def emit(self, bsym: Any) -> None:
         """Add a bound symbol at the top level: now, or right after the top-level op being recorded."""
         (self.scopes[0] if len(self.scopes) == 1 else self.pending).append(bsym)

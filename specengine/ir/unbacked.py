@@ -100,7 +100,7 @@ def decide(state: Any, b: E.Expr, op: str, reason: str) -> bool:
         if op in _BRANCH_OPS:
             return branch(state, b, op)
         value = True  # an op's own check, stated as the condition under which it is valid
-    if speculable and _speculable(state, b):  # the other side is an entry, as for a branch on data
+    if speculable and _can_speculate(state, b):  # the other side is an entry, as for a branch on data
         return speculate(state, b, op, default=value, before_op=True)
     assume(state, b if value else E.not_(b), op, reason)
     return value
@@ -114,7 +114,7 @@ def _zero_or_one(b: E.Expr) -> bool:
     return any(a.op == "const" and a.value in (0, 1) for a in b.args[1:])
 
 
-def _speculable(state: Any, b: E.Expr) -> bool:
+def _can_speculate(state: Any, b: E.Expr) -> bool:
     """Whether a size-oblivious decision can be speculated: its check can run before the op being recorded (every
     unbacked symbol in it is read by then) and running the computation up to there again is not observable."""
     return all(s.bound for s in state.decider.unbacked.of(b)) and first_unrepeatable(state) is None

@@ -178,7 +178,6 @@ class _Stand_ins:
 
     def __init__(self, rename: Callable[[E.Expr], E.Expr] | None = None) -> None:
         self.tensors: list[tuple[torch.Tensor, TensorProxy, int]] = []  # (meta, proxy, version before)
-        self.devices: list[torch.device] = []
         self.rename = rename
 
     def dims(self, proxy: TensorProxy) -> tuple:
@@ -189,7 +188,6 @@ class _Stand_ins:
             with torch._C.DisableTorchFunction():
                 meta = torch.empty([S.symint(d) for d in self.dims(x)], dtype=x.dtype, device="meta")
             self.tensors.append((meta, x, meta._version))
-            self.devices.append(x.device)
             return meta
         if isinstance(x, NumberProxy):
             return self._number(x)
@@ -209,6 +207,13 @@ class _Stand_ins:
 
 def _device(device: Any) -> torch.device:
     return device if isinstance(device, torch.device) else torch.device(device)
+
+
+def _call_device(kwargs: dict, tensors: list[TensorProxy]) -> torch.device:
+    """The device of a call's new tensors: its `device=`, else its first tensor argument's, else the CPU."""
+    if kwargs.get("device") is not None:
+        return _device(kwargs["device"])
+    return tensors[0].device if tensors else torch.device("cpu")
 
 
 def _with_out(func: Callable, name: str, args: tuple, kwargs: dict) -> Any:
@@ -242,8 +247,7 @@ def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
         found = kernel_memo.replay(call, name)
         if found is not None:
             run, real = found
-            device = _device(kwargs["device"]) if kwargs.get("device") is not None else None
-            device = device or (call.tensors[0].device if call.tensors else torch.device("cpu"))
+            device = _call_device(kwargs, call.tensors)
             result = _build(name, run.outputs, run.spec, call.tensors, device, run.pure, kwargs, real)
             return _finish(func, name, args, kwargs, result, run.pure, call.tensors, False)
         memoized = _memoized_run(func, name, args, kwargs, call)
@@ -256,15 +260,14 @@ def _memoized_run(func: Callable, name: str, args: tuple, kwargs: dict, call: ke
     """The call's run on placeholder sizes, logged for later calls of its pattern; None (nothing recorded) where
     that run fails or reaches what it cannot translate (the kernel then runs on the real sizes, as it would)."""
     state = context.require()
-    saved = (state.decider.checkpoint(), len(state.pending))
+    saved = state.checkpoint()
     t = call.translation()
     try:
         with K.translating(t):
             stand_ins = _Stand_ins(call.placeholder)
             result, pure, tensors, unbacked, outputs = _run(func, name, args, kwargs, stand_ins, t)
     except (Exception, K.Untranslated):  # noqa: BLE001 - the direct run raises what it raises
-        state.decider.restore(saved[0])
-        del state.pending[saved[1] :]
+        state.restore(saved)
         return None
     if not unbacked and all(o[0] != "number" for o in outputs[0]):
         kernel_memo.store(call, t, *outputs, pure)
@@ -276,18 +279,16 @@ def _run(func: Callable, name: str, args: tuple, kwargs: dict, stand_ins: _Stand
     """The kernel run on `stand_ins` of the arguments: (result, pure, input proxies, whether it made unbacked
     sizes[, its outputs' descriptions and tree, under a translation])."""
     margs, mkwargs = pytree.tree_map(stand_ins.convert, (args, kwargs))
-    device = None
-    if "device" in mkwargs and mkwargs["device"] is not None:
-        device, mkwargs["device"] = _device(mkwargs["device"]), "meta"
+    tensors = [p for _, p, _ in stand_ins.tensors]
     mode = _MetaMode()
-    device = device or (stand_ins.devices[0] if stand_ins.devices else torch.device("cpu"))
-    mode.device = device
+    device = mode.device = _call_device(kwargs, tensors)
+    if mkwargs.get("device") is not None:
+        mkwargs["device"] = "meta"
     before = fake_rules.symbols_before()
     with context.require().deferred():  # run-time checks the kernel decides follow the op (they read its sizes)
         out = _run_meta(func, name, margs, mkwargs, mode, translated=t is not None)
     pure = _check_mutations(name, stand_ins, mode.written) and not mode.random
     outputs = _describe(name, out, stand_ins)
-    tensors = [p for _, p, _ in stand_ins.tensors]
     result = _build(name, *outputs, tensors, device, pure, kwargs, None if t is None else t.real)
     unbacked = fake_rules.bind_new_symbols(name, result, before)
     return (result, pure, tensors, unbacked) + ((outputs,) if t is not None else ())
@@ -313,7 +314,7 @@ def opaque_call(name: str, run: Callable, meta: Callable, args: tuple) -> Any:
     stand_ins = _Stand_ins()
     margs = pytree.tree_map(stand_ins.convert, args)
     mode = _MetaMode()
-    device = mode.device = stand_ins.devices[0] if stand_ins.devices else torch.device("cpu")
+    device = mode.device = _call_device({}, [p for _, p, _ in stand_ins.tensors])
     before = fake_rules.symbols_before()
     with context.require().deferred():
         out = _run_meta(meta, name, margs, {}, mode)

@@ -133,15 +133,14 @@ def replay(call: Call, name: str) -> tuple[Run, dict[str, E.Expr]] | None:
     state = context.require()
     real = Call._real(call.exprs)
     for run in runs:
-        saved = (state.decider.checkpoint(), len(state.pending))
+        saved = state.checkpoint()
         with K.running_op(name):
             same = K.replay(run.log, real)
         if same:
             STATS["replayed"] += 1
             return run, real
         STATS["differed"] += 1
-        state.decider.restore(saved[0])
-        del state.pending[saved[1] :]
+        state.restore(saved)
     return None
 
 
