@@ -17,7 +17,6 @@ import torch
 from specengine import persist
 from specengine.cache import Cache, CacheEntry
 from specengine.capture import effect_strings, pg_timeouts, torch_settings, unbound_methods
-from specengine.capture.identity import compares_identity
 from specengine.capture.interpreter import trace_function
 from specengine.capture.writes import Promote, with_writes
 from specengine.codegen import callable_target, function_name, module_of
@@ -320,7 +319,9 @@ def _trace_stage(fn: Callable, specs: InputSpecs, options: Options,
             recompiles.info("%s: %s, traced again with every number concrete", function_name(fn), state.type_errors[0])
             retrace["concrete"] = True
             continue
-        if decider.symbolic_bools and not decider.pin_comparisons and compares_identity(state.ran_codes):
+        if decider.symbolic_bools and not decider.pin_comparisons and state.identity_seen:
+            recompiles.info("%s: an `is` at %s may have seen a symbolic bool: traced again with comparisons decided",
+                            function_name(fn), next(iter(state.identity_seen)))  # fmt: skip
             retrace["pin_comparisons"] = True  # `flag is True` on a symbolic bool: decide comparisons, again
             continue
         break

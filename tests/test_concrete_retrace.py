@@ -14,6 +14,7 @@ import collections
 import itertools
 import json
 import struct
+import sys
 
 import pytest
 import torch
@@ -144,3 +145,67 @@ def test_is_none_keeps_a_comparison_symbolic() -> None:
     for n in SIZES:
         torch.testing.assert_close(cf(torch.ones(n)), f(torch.ones(n)))
     assert specengine.cache_misses(cf) == 1
+
+
+# `b is O` and `O is b` for a symbolic bool `b`, by what the other operand O is: where O is neither a bool nor a
+# number and is read as the `is` runs (a constant, a variable loaded just before it), eager's answer is the
+# trace's and `b` stays symbolic (1 entry); otherwise the trace is taken again with comparisons decided (2)
+OTHERS = {  # name -> (the setup line, the operand, whether `is` is judged without deciding b)
+    "const_str": ("", "'s'", True),
+    "global_fn": ("", "_big", True),
+    "local_fn": ("o = _big", "o", True),
+    "closure_fn": ("", "c", True),
+    "in_try": ("", "_big", True),
+    "global_true": ("", "_TRUE", False),
+    "local_bool": ("o = True", "o", False),
+    "attribute": ("", "_NS.fn", False),
+    "computed": ("", "(lambda: _big)()", False),
+}
+
+
+def _other_program(other: str, first: bool):
+    setup, operand, _ = OTHERS[other]
+    test = f"({operand} is b)" if first else f"(b is {operand})"
+    body = ["b = x.shape[0] > 2", setup]
+    if other == "in_try":
+        body += ["try:", f"    r = {test}", "except KeyError:", "    r = None"]
+    else:
+        body.append(f"r = {test}")
+    lines = ["def make(c):", "    def f(x):", *("        " + line for line in body if line), "        return x * b, r"]
+    ns: dict = {}
+    glb = {"_big": _big, "_TRUE": True, "_NS": type("NS", (), {"fn": _big})}
+    exec(compile("\n".join(lines + ["    return f", ""]), f"<gen other {other} {first}>", "exec"), glb, ns)
+    return ns["make"](_big)
+
+
+@pytest.mark.filterwarnings("ignore::SyntaxWarning")
+@pytest.mark.parametrize("dynamic", (True, False))
+@pytest.mark.parametrize("other,first", list(itertools.product(OTHERS, (True, False))))
+def test_is_against_an_object_known_as_it_runs_keeps_the_bool_symbolic(other: str, first: bool, dynamic) -> None:
+    f = _other_program(other, first)
+    cf = specengine.compile(f, dynamic=dynamic)
+    for n in SIZES:
+        x = torch.ones(n)
+        got, want = cf(x), f(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] is want[1]
+    expected = 1 if OTHERS[other][2] else 2
+    assert specengine.cache_misses(cf) == (len(set(SIZES)) if dynamic is False else expected)
+    assert specengine.cache_hits(cf) == len(SIZES) - specengine.cache_misses(cf)
+
+
+def test_an_is_not_watched_under_another_trace_function_decides_comparisons() -> None:
+    """With a trace function of the user's set (a debugger, coverage), frames are not watched: each `is` counts."""
+    f = _other_program("global_fn", False)
+    cf = specengine.compile(f, dynamic=True)
+    previous = sys.gettrace()
+    sys.settrace(lambda frame, event, arg: None)
+    try:
+        for n in SIZES:
+            x = torch.ones(n)
+            got, want = cf(x), f(x)
+            torch.testing.assert_close(got[0], want[0])
+            assert got[1] is want[1]
+    finally:
+        sys.settrace(previous)
+    assert (specengine.cache_misses(cf), specengine.cache_hits(cf)) == (2, 3)

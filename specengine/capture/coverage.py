@@ -38,7 +38,7 @@ from typing import Any, Iterator
 
 import torch
 
-from specengine.capture import distributed, module_reads
+from specengine.capture import distributed, identity, module_reads
 from specengine.capture.library import SITE, importing_now, is_library
 from specengine.capture.pytypes import give_type, names_type, take_type, traced_type
 from specengine.config import config
@@ -84,7 +84,10 @@ class Coverage:
         self.typed: list[dict] = []  # globals given a `type` of their own
         self._typed_ids: set[int] = set()
         self.prev: Any = None
-        self.type_errors: list[str] = []  # TypeErrors that reached user frames with handlers (see `_exceptions`)
+        self.type_errors: list[str] = []  # TypeErrors that reached user frames with handlers (see `_local`)
+        self.identity_seen: dict[
+            str, None
+        ] = {}  # (file:line) user `is` that may have seen a symbolic bool (capture/identity.py)
         self.fn = self._trace  # the trace function, as set (sys.gettrace() gives this very object)
 
     def _trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:
@@ -97,19 +100,30 @@ class Coverage:
                 kind &= _ENTER | _DIST  # (specengine or torch called it: library code)
             if kind:
                 self._note(frame, code, kind)
-        prev = self.prev
-        if prev is not None:
-            return prev(frame, event, arg)
-        if kind & _USER and code.co_exceptiontable and not importing_now():  # it may catch: see its exceptions
+        if not kind & _USER or importing_now():
+            return None if self.prev is None else self.prev(frame, event, arg)
+        sites = identity.sites(code)
+        if sites.unsure or (sites.watched and self.prev is not None):  # (an unwatched frame: each `is` counts)
+            self.identity_seen[f"{code.co_filename}:{code.co_firstlineno}"] = None
+        if self.prev is not None:
+            return self.prev(frame, event, arg)
+        if sites.watched:  # each `is` it holds is judged as it runs: opcode events
+            frame.f_trace_opcodes = True
+        if code.co_exceptiontable or sites.watched:  # it may catch: see its exceptions
             frame.f_trace_lines = False
-            return self._exceptions
+            return self._local
         return None
 
-    def _exceptions(self, frame: types.FrameType, event: str, arg: Any) -> Any:
-        """The local trace of a user frame that has handlers: notes each TypeError that reaches it."""
-        if event == "exception" and issubclass(arg[0], TypeError):
+    def _local(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        """The local trace of a user frame that has handlers or a watched `is`: notes each TypeError that reaches
+        it, and each `is` that may see a symbolic bool."""
+        if event == "opcode":
+            readers = identity.sites(frame.f_code).watched.get(frame.f_lasti)
+            if readers is not None and identity.seen_at(frame, readers):
+                self.identity_seen[f"{frame.f_code.co_filename}:{frame.f_lineno}"] = None
+        elif event == "exception" and issubclass(arg[0], TypeError):
             self.type_errors.append(f"{frame.f_code.co_filename}:{frame.f_lineno}: {arg[0].__name__}: {arg[1]}")
-        return self._exceptions
+        return self._local
 
     def _note(self, frame: types.FrameType, code: types.CodeType, kind: int) -> None:
         if kind & _DIST:
@@ -344,3 +358,4 @@ def collecting(state: Any, written: dict | None = None) -> Iterator[Coverage]:
             outer.codes.update((c, g) for c, g in cov.codes.items() if c not in outer.codes)
             outer.entered.update(cov.entered)
             outer.type_errors += cov.type_errors
+            outer.identity_seen.update(cov.identity_seen)

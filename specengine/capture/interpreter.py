@@ -227,6 +227,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
         out = tuple(state.output_plan.leaves)
     _guard_outside_reads(specs, state, target, modules, plain, shadows.outside, ran)
     state.type_errors = ran.type_errors  # TypeErrors that reached user frames with handlers (coverage.py)
+    state.identity_seen = ran.identity_seen  # user `is` that may have seen a symbolic bool (capture/identity.py)
     state.ran_codes = ran.codes  # the user code the trace ran (a disk cache re-checks its hashes: specengine/persist)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
     specs.layout_facts = list(state.facts.layout_facts)
