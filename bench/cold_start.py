@@ -7,6 +7,9 @@ batch) and GPT-2 small (12 layers, width 768, a 1x64 batch; `--no-gpt2` skips it
 `torch.no_grad()`. In the same run, `torch.compile` on the same programs: cold (its process saves
 `torch.compiler.save_cache_artifacts()`), then in a new process with an empty Inductor cache directory that loads
 them (`torch.compiler.load_cache_artifacts`), so only the Mega-Cache carries over; `--no-torch-compile` skips it.
+Torch's own first call in a new process is slower than its warm calls (page faults, lazy kernel and library set-up):
+the eager row shows that floor, and a last child loads from disk after one eager call of the model, so its ratio
+is the load's own overhead.
 Children run as a user's process does, with bytecode caches: PYTHONDONTWRITEBYTECODE is dropped from their
 environment unless `--no-bytecode`.
 
@@ -45,8 +48,11 @@ def child(model: str, engine: str, repeat: int, threads: int, artifacts: str) ->
     torch.manual_seed(0)
     m = GPT(GPTConfig(**spec)).eval()
     idx = torch.randint(0, spec["vocab_size"], (batch, seq))
-    if engine == "specengine":
+    if engine.startswith("specengine"):
         fn = specengine.compile(m)
+        if engine == "specengine-after-eager":  # torch's own first-call costs paid before the timed call
+            with torch.no_grad():
+                m(idx)
     elif engine == "eager":
         fn = m
     else:
@@ -68,7 +74,7 @@ def child(model: str, engine: str, repeat: int, threads: int, artifacts: str) ->
             warm.append(time.perf_counter() - s)
     out = {"import_torch": t1 - t0, "import_specengine": t2 - t1, "first": first, "warm": min(warm),
            "imported": imported}  # fmt: skip
-    if engine == "specengine":
+    if engine.startswith("specengine"):
         out["traces"] = specengine.cache_misses(fn)
         out["origin"] = sorted({e.stats["origin"] for e in specengine.cache_entries(fn)})
     elif engine != "eager":
@@ -119,6 +125,11 @@ def measure(model: str, args: argparse.Namespace, base_env: dict) -> list[tuple[
             rows.append((f"{model}: eager first call in a new process / eager warm",
                          f"{eager['first'] / eager['warm']:.2f}x, +{_ms(eager['first'] - eager['warm'])}",
                          "the floor of the ratio above"))  # fmt: skip
+        after = _spawn(model, "specengine-after-eager", env, args)
+        if "error" not in after:  # the load's own cost: one eager call first pays torch's first-call costs
+            rows.append((f"{model}: from disk / warm, after one eager call in that process ({after['traces']} traces)",
+                         f"{after['first'] / after['warm']:.2f}x, +{_ms(after['first'] - after['warm'])}",
+                         "the disk load's own overhead"))  # fmt: skip
         if not args.no_torch_compile:
             rows += _torch_compile_rows(model, args, env, tmp, over)
         return rows
