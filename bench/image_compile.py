@@ -1,12 +1,13 @@
 """Compile time of every model the sweep builds (issue 26's "no model over 2 s"), in CPU seconds.
 
 Each transformers image family (`bench/model_sweep.hf_model`, tiny config), each text family (`--source text`:
-called as the sweep calls it, B=2, T=8, left-padded) and each named torchvision model (10 classes, random weights;
-when torchvision imports) is compiled with `specengine.compile(model, dynamic=True)` and called once on a batch of
-2 at one image size. Per model it prints the compile's CPU seconds (trace, solve, codegen:
-the entries' own statistics), the first call's, eager's call on the same input for scale, and whether the output
-equals eager's; a model whose eager call fails at that size (a fixed-size model, a config that does not run) is
-shown with eager's error. A benchmark: it prints a table and asserts nothing.
+called as the sweep calls it, B=2, T=8, left-padded) and each torchvision classification model
+(`model_sweep.tv_cases`: 10 classes, random weights, the fixed-size ViT, Swin and MaxViT at 32; when torchvision
+imports) is compiled with `specengine.compile(model, dynamic=True)` and called once on a batch of 2 at one image
+size. Per model it prints the compile's CPU seconds (trace, solve, codegen: the entries' own statistics), the first
+call's, eager's call on the same input for scale, and whether the output equals eager's; a model whose eager call
+fails at that size (a fixed-size model, a config that does not run) is shown with eager's error. A benchmark: it
+prints a table and asserts nothing.
 
     python bench/image_compile.py [--source hf|text|tv|all] [--families a,b] [--size 32] [--limit-s 60]
 """
@@ -29,9 +30,6 @@ import model_sweep  # noqa: E402
 
 import specengine  # noqa: E402
 
-TV_MODELS = ("resnet18", "mobilenet_v3_small", "squeezenet1_0", "shufflenet_v2_x0_5", "efficientnet_b0",
-             "regnet_y_400mf", "mobilenet_v2", "densenet121", "convnext_tiny")  # fmt: skip
-
 
 class _Timeout(Exception):
     pass
@@ -50,21 +48,17 @@ def _models(source: str, families: list[str] | None) -> list[tuple[str, str]]:
         if source != "hf":
             out += [(n, "text") for n, c in cases.items() if c.inputs is not model_sweep._image_inputs]
     if source in ("tv", "all"):
-        try:
-            import torchvision  # noqa: F401 - lazy: optional, built per torch release
-        except Exception:  # noqa: BLE001 - absent or not importable beside this torch
+        tv = model_sweep.tv_cases(quick=True)
+        if not tv:
             print("torchvision does not import here: no torchvision rows")
-        else:
-            out += [(n, "tv") for n in TV_MODELS]
+        out += [(n, "tv") for n in tv]
     return [(n, s) for n, s in out if families is None or n in families]
 
 
 def _build(name: str, source: str) -> torch.nn.Module:
     if source in ("hf", "text"):
         return model_sweep.hf_model(name).eval()
-    import torchvision
-
-    return torchvision.models.get_model(name, num_classes=10).eval()
+    return model_sweep.tv_cases(quick=True)[name].build()
 
 
 def _call(model: torch.nn.Module, source: str, x: Any) -> torch.Tensor:
@@ -86,6 +80,7 @@ def row(name: str, source: str, size: int, limit_s: int) -> str:
     if source == "text":
         x: Any = model_sweep._text_inputs(model, 2, 8)
     else:
+        size = 32 if source == "tv" and name.startswith(("vit_", "swin", "maxvit")) else size  # (fixed-size models)
         x = torch.randn(2, getattr(getattr(model, "config", None), "num_channels", 3), size, size)
     with torch.no_grad():
         t = time.process_time()
