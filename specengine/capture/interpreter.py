@@ -178,7 +178,8 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     state, shadows = _new_state(specs, decider), objects.Shadows()
     names, made = state.names, {}
     values = [_proxy(p, names, specs.hints, shadows, made) for p in specs.params]
-    state_values = [_proxy(p, names, specs.hints, shadows, static=_static_sizes(specs)) for p in specs.state]
+    static = _static_sizes(specs)  # (once: it reads every range)
+    state_values = [_proxy(p, names, specs.hints, shadows, static=static) for p in specs.state]
     args, kwargs = _call_args(specs.signature, values)
     target = unwrap(callable_target(fn))[0]  # the function under partials and bound methods
     _check_function(target)
