@@ -337,11 +337,11 @@ class translating:
         _translation = self.saved
 
 
-def replay(segments: list[list[tuple]], real: dict[str, E.Expr]) -> bool:
+def replay(segments: list[list[tuple]], real: dict[str, E.Expr], memo: dict | None = None) -> bool:
     """Ask a logged run's questions of the sizes `real` (placeholder name -> Expr), in order, as the kernel asked
     them (each may record a constraint), in its tries as `defaults_first` makes them; False at the first answer that
-    differs (the caller restores the state)."""
-    memo: dict = {}
+    differs (the caller restores the state). `memo`: `Expr.subs`'s, kept across replays with the same `real`."""
+    memo = {} if memo is None else memo
     if not _replay(segments[0], real, memo, None):
         return False
     if len(segments) == 2:  # one try, answering guard_or_* by default

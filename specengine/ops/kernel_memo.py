@@ -112,11 +112,12 @@ class Run:
     """A logged kernel run: its questions and answers, its outputs (ops/generic.py's descriptions, sizes over
     placeholders), the tree they form and whether the call is pure."""
 
-    __slots__ = ("log", "outputs", "spec", "pure")
+    __slots__ = ("log", "outputs", "spec", "pure", "memos")
 
     def __init__(self, log: list[list[tuple]], outputs: list, spec: Any, pure: bool):
         self.log = log
         self.outputs, self.spec, self.pure = outputs, spec, pure
+        self.memos: dict[tuple, dict] = {}  # a call's sizes -> the translation memo of its questions (Expr.subs)
 
 
 def _runs() -> dict:
@@ -134,8 +135,8 @@ def replay(call: Call, name: str) -> tuple[Run, dict[str, E.Expr]] | None:
     real = Call._real(call.exprs)
     for run in runs:
         saved = state.checkpoint()
-        with K.running_op(name):
-            same = K.replay(run.log, real)
+        with K.running_op(name):  # (the same sizes again, a repeated layer: its questions translate from memo)
+            same = K.replay(run.log, real, run.memos.setdefault(tuple(call.exprs), {}))
         if same:
             STATS["replayed"] += 1
             return run, real
