@@ -15,6 +15,9 @@ told of each Python frame that starts. It notes:
 - the closure variables of user code that hold modules: `module_reads.py` follows their attributes;
 - a frame of torch.distributed's code that user code called (a collective, FSDP's hooks): refused as it starts,
   before it runs (`distributed.py`);
+- each `is` of user code that may see a symbolic bool (`identity.py`): a frame whose code holds one with an
+  operand read as it runs gets opcode events, and the `is` is judged at its own offset; such a compile traces
+  again with comparisons decided (`api._trace_stage`);
 - each TypeError that reaches a user frame that has handlers (its local trace sees only exception events): a
   handler may have caught one that a symbolic number caused (`json.dumps(n)` in a `try`), so the compile traces
   again with every number concrete (`api._trace_stage`). Not seen while another trace function is set.
