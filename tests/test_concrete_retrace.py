@@ -119,17 +119,22 @@ def _identity_program(form: str, maker: str):
     return ns["f"]
 
 
+def _compare_over_sizes(cf, f) -> None:
+    """`cf` against eager `f` over SIZES: the tensor equal, the `is` result the same object."""
+    for n in SIZES:
+        x = torch.ones(n)
+        got, want = cf(x), f(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] is want[1]
+
+
 @pytest.mark.filterwarnings("ignore::SyntaxWarning")
 @pytest.mark.parametrize("dynamic", MODES)
 @pytest.mark.parametrize("form,maker", list(itertools.product(IDENTITY, MAKERS)))
 def test_is_on_a_symbolic_bool_is_eagers(form: str, maker: str, dynamic) -> None:
     f = _identity_program(form, maker)
     cf = specengine.compile(f, dynamic=dynamic)
-    for n in SIZES:
-        x = torch.ones(n)
-        got, want = cf(x), f(x)
-        torch.testing.assert_close(got[0], want[0])
-        assert got[1] is want[1]
+    _compare_over_sizes(cf, f)
     # decided comparisons: one entry per outcome of `n > 2` (and of `n > 1` for two bools); static: per size
     outcomes = {tuple(n > t for t in (2, 1)) if form == "two_bools" else n > 2 for n in SIZES}
     expected = len(set(SIZES)) if dynamic is False else len(outcomes)
@@ -184,11 +189,7 @@ def _other_program(other: str, first: bool):
 def test_is_against_an_object_known_as_it_runs_keeps_the_bool_symbolic(other: str, first: bool, dynamic) -> None:
     f = _other_program(other, first)
     cf = specengine.compile(f, dynamic=dynamic)
-    for n in SIZES:
-        x = torch.ones(n)
-        got, want = cf(x), f(x)
-        torch.testing.assert_close(got[0], want[0])
-        assert got[1] is want[1]
+    _compare_over_sizes(cf, f)
     expected = 1 if OTHERS[other][2] else 2
     assert specengine.cache_misses(cf) == (len(set(SIZES)) if dynamic is False else expected)
     assert specengine.cache_hits(cf) == len(SIZES) - specengine.cache_misses(cf)
@@ -201,11 +202,7 @@ def test_an_is_not_watched_under_another_trace_function_decides_comparisons() ->
     previous = sys.gettrace()
     sys.settrace(lambda frame, event, arg: None)
     try:
-        for n in SIZES:
-            x = torch.ones(n)
-            got, want = cf(x), f(x)
-            torch.testing.assert_close(got[0], want[0])
-            assert got[1] is want[1]
+        _compare_over_sizes(cf, f)
     finally:
         sys.settrace(previous)
     assert (specengine.cache_misses(cf), specengine.cache_hits(cf)) == (2, 3)
