@@ -185,7 +185,7 @@ class _Stand_ins:
 
     def convert(self, x: Any) -> Any:
         if isinstance(x, TensorProxy):
-            with torch._C.DisableTorchFunction():
+            with torch._C.DisableTorchFunction(), torch.inference_mode(False):  # (a version counter: `pure`)
                 meta = torch.empty([S.symint(d) for d in self.dims(x)], dtype=x.dtype, device="meta")
             self.tensors.append((meta, x, meta._version))
             return meta
