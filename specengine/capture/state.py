@@ -36,7 +36,14 @@ class CaptureState(TraceState):
         devices = torchstate.autocast_devices(self.torch_state)
         if not devices or sym.is_prim:
             return args, kwargs, None
-        return torchstate.autocast_inputs(sym, args, kwargs, devices, self.decider.hints)
+        return torchstate.autocast_inputs(sym.name, sym.impl, args, kwargs, devices, self.decider.hints)
+
+    def autocast_args(self, name: str, impl: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """A top-level op's arguments with autocast's casts made explicit, before its kernel runs."""
+        devices = torchstate.autocast_devices(torchstate.snapshot())  # (live: `_before_op` records the change)
+        if not devices or len(self.scopes) != 1:
+            return args, kwargs
+        return torchstate.autocast_inputs(name, impl, args, kwargs, devices, self.decider.hints)[:2]
 
     def _after_op(self, sym: Any, out: Any, token: Any) -> None:
         torchstate.check_autocast_outputs(sym, out, token)  # the output dtypes eager's autocast gives

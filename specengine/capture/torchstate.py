@@ -11,7 +11,8 @@ when the function was called (which the prologue guards); the computation sets i
 Inside an autocast region, the output dtypes of an op are eager's: torch's own autocast rules run on fake tensors of
 the example sizes, and the casts that autocast makes to the inputs (to the autocast dtype, to float32, or to the
 widest input type) are recorded as explicit conversions before the op; an op whose autocast dtypes none of these
-reproduces is refused.
+reproduces is refused. An op on torch's generic path (ops/generic.py) runs its meta kernel before it is recorded,
+so it asks for the casts first (`CaptureState.autocast_args`) and its kernel runs on the cast inputs.
 """
 
 from __future__ import annotations
@@ -126,24 +127,25 @@ def _policies(tensors: list[TensorProxy], devices: set[str], casts: set) -> list
     return [*casts, *(p for p in policies if p not in casts)] if len(casts) == 1 else policies
 
 
-def autocast_inputs(sym: Symbol, args: tuple, kwargs: dict, devices: set[str], hints: dict) -> tuple:
-    """`(args, kwargs, dtypes)`: the op's inputs with autocast's casts made explicit, and eager's output dtypes.
+def autocast_inputs(name: str, impl: Any, args: tuple, kwargs: dict, devices: set[str], hints: dict) -> tuple:
+    """`(args, kwargs, dtypes)`: the inputs of op `name` (run by `impl`) with autocast's casts made explicit, and
+    eager's output dtypes.
 
     Raises UnsupportedOpError where no cast policy reproduces eager's dtypes.
     """
     tensors = [x for x in tree_leaves((args, kwargs)) if isinstance(x, TensorProxy)]
-    if sym.impl is None or not any(_eligible(t, devices) for t in tensors):
+    if impl is None or not any(_eligible(t, devices) for t in tensors):
         return args, kwargs, None
-    where = f"{sym.name} inside torch.autocast"
+    where = f"{name} inside torch.autocast"
     try:
-        want, casts = _out_dtypes(sym.impl, args, kwargs, hints, True)
+        want, casts = _out_dtypes(impl, args, kwargs, hints, True)
     except Exception:  # noqa: BLE001 - an error of the op itself is raised by tracing it below
         return args, kwargs, UNVERIFIED
     for dtype in _policies(tensors, devices, casts):
         cast = _cast_fn(dtype, devices)
         cargs, ckwargs = tree_map(cast, (args, kwargs))
         try:
-            got = _out_dtypes(sym.impl, cargs, ckwargs, hints, False)
+            got = _out_dtypes(impl, cargs, ckwargs, hints, False)
         except Exception:  # noqa: BLE001 - this cast is not autocast's
             continue
         if got == want:

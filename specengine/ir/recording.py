@@ -97,6 +97,11 @@ class TraceState:
         """Before a top-level op: `(args, kwargs, token)`, the arguments it runs on; `token` goes to `_after_op`."""
         return args, kwargs, None
 
+    def autocast_args(self, name: str, impl: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """A top-level op's arguments as autocast casts them, for a kernel that runs before the op is recorded
+        (the generic path): unchanged here, where no autocast is traced."""
+        return args, kwargs
+
     def _after_op(self, sym: Any, out: Any, token: Any) -> None:
         """After a top-level op was recorded."""
 

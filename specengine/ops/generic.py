@@ -242,6 +242,7 @@ def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
     if kwargs.get("out") is not None:
         return _with_out(func, name, args, kwargs)
     _check_printable(name, (args, kwargs))
+    args, kwargs = context.require().autocast_args(name, func, args, kwargs)  # (the kernel runs on the casts)
     call = kernel_memo.Call(func, args, kwargs)
     if call.key is not None:
         found = kernel_memo.replay(call, name)
