@@ -30,9 +30,17 @@ def example_layout(t: torch.Tensor) -> tuple | None:
         return None
 
 
-def formats_of(t: torch.Tensor) -> tuple[tuple[torch.memory_format, bool], ...]:
-    """(memory format, whether `t` is contiguous in it) for the formats a program may ask about."""
-    return tuple((mf, bool(t.is_contiguous(memory_format=mf))) for mf in _FORMATS)
+def formats_of(t: torch.Tensor) -> tuple[tuple[torch.memory_format, bool | str], ...]:
+    """(memory format, whether `t` is contiguous in it) for the formats a program may ask about; where torch
+    cannot say (a tensor batched by `vmap`, for formats other than contiguous), the message of its RuntimeError."""
+    return tuple((mf, _contiguous_in(t, mf)) for mf in _FORMATS)
+
+
+def _contiguous_in(t: torch.Tensor, mf: torch.memory_format) -> bool | str:
+    try:
+        return bool(t.is_contiguous(memory_format=mf))
+    except RuntimeError as e:  # (raised again where the program asks: contiguity_fact)
+        return str(e)
 
 
 def _layout(self: TensorProxy) -> torch.layout:
@@ -53,6 +61,8 @@ def contiguity_fact(self: TensorProxy, memory_format: Any = torch.contiguous_for
     if not known:
         return None
     value = known.get(memory_format, False)  # (preserve_format: eager says False too)
+    if isinstance(value, str):
+        raise RuntimeError(value)  # eager's own error for this tensor (see formats_of)
     if (self.name, memory_format, value) not in state.facts.layout_facts:
         state.facts.layout_facts.append((self.name, memory_format, value))
     return value
