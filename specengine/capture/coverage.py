@@ -88,9 +88,7 @@ class Coverage:
         self._typed_ids: set[int] = set()
         self.prev: Any = None
         self.type_errors: list[str] = []  # TypeErrors that reached user frames with handlers (see `_local`)
-        self.identity_seen: dict[
-            str, None
-        ] = {}  # (file:line) user `is` that may have seen a symbolic bool (capture/identity.py)
+        self.identity_seen: dict[str, None] = {}  # file:line of each `is` that may see a symbolic bool (identity.py)
         self.fn = self._trace  # the trace function, as set (sys.gettrace() gives this very object)
 
     def _trace(self, frame: types.FrameType, event: str, arg: Any) -> Any:

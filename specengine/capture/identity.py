@@ -22,7 +22,6 @@ Not covered: `n is m` on two symbolic ints (eager's answer depends on CPython's 
 
 from __future__ import annotations
 
-import builtins
 import dis
 import functools
 import types
@@ -32,14 +31,9 @@ from typing import Any
 from specengine.ir.proxies import NumberProxy
 
 _NAME_LOADS = frozenset({"LOAD_FAST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME", "LOAD_CLOSURE"})
-_VALUE_LOADS = {
-    "LOAD_FAST": "local",
-    "LOAD_DEREF": "local",
-    "LOAD_CLASSDEREF": "local",
-    "LOAD_GLOBAL": "global",
-    "LOAD_NAME": "name",
-    "LOAD_CONST": "const",
-}  # fmt: skip  (one value pushed, no code run)
+# loads that push one value and run no code: what each reads
+_VALUE_LOADS = {"LOAD_FAST": "local", "LOAD_DEREF": "local", "LOAD_CLASSDEREF": "local", "LOAD_GLOBAL": "global",
+                "LOAD_NAME": "name", "LOAD_CONST": "const"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -101,7 +95,7 @@ def seen_at(frame: types.FrameType, readers: tuple) -> bool:
         elif how == "global":
             value = frame.f_globals.get(name, frame.f_builtins.get(name, True))
         else:
-            value = local.get(name, frame.f_globals.get(name, getattr(builtins, name, True)))
+            value = local.get(name, frame.f_globals.get(name, frame.f_builtins.get(name, True)))
         if not _may_be_bool(value):
             return False
     return True

@@ -167,6 +167,24 @@ def _static_sizes(specs: InputSpecs) -> dict[str, E.Expr]:
             if lo is not None and lo == hi and s in specs.static_symbols}  # fmt: skip
 
 
+def _input_proxies(specs: InputSpecs, names: Any, shadows: objects.Shadows) -> tuple[list, list]:
+    """The proxies of the call's inputs and of module state (whose one-value sizes are constants)."""
+    made: dict = {}
+    values = [_proxy(p, names, specs.hints, shadows, made) for p in specs.params]
+    static = _static_sizes(specs)  # (once: it reads every range)
+    return values, [_proxy(p, names, specs.hints, shadows, static=static) for p in specs.state]
+
+
+def _keep_what_ran(specs: InputSpecs, state: CaptureState, ran: Any) -> None:
+    """What the trace saw of the user code and the inputs, for the retrace decisions, the prologue and the disk."""
+    state.type_errors = ran.type_errors  # TypeErrors that reached user frames with handlers (coverage.py)
+    state.identity_seen = ran.identity_seen  # user `is` that may have seen a symbolic bool (capture/identity.py)
+    state.ran_codes = ran.codes  # the user code the trace ran (a disk cache re-checks its hashes: specengine/persist)
+    specs.layout_facts = list(state.facts.layout_facts)
+    specs.attr_facts = list(state.facts.attr_facts)
+    specs.lifted = list(state.facts.lifted)  # tensors closed over from outside: inputs the prologue passes as they are
+
+
 @walks_stop_at
 def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[Trace, CaptureState]:
     """Run `fn` on proxies made from `specs`; every decision on a symbol goes through `decider`.
@@ -176,10 +194,8 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     """
     start = time.perf_counter()
     state, shadows = _new_state(specs, decider), objects.Shadows()
-    names, made = state.names, {}
-    values = [_proxy(p, names, specs.hints, shadows, made) for p in specs.params]
-    static = _static_sizes(specs)  # (once: it reads every range)
-    state_values = [_proxy(p, names, specs.hints, shadows, static=static) for p in specs.state]
+    names = state.names
+    values, state_values = _input_proxies(specs, names, shadows)
     args, kwargs = _call_args(specs.signature, values)
     target = unwrap(callable_target(fn))[0]  # the function under partials and bound methods
     _check_function(target)
@@ -227,13 +243,8 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
     if state.output_plan is not None:
         out = tuple(state.output_plan.leaves)
     _guard_outside_reads(specs, state, target, modules, plain, shadows.outside, ran)
-    state.type_errors = ran.type_errors  # TypeErrors that reached user frames with handlers (coverage.py)
-    state.identity_seen = ran.identity_seen  # user `is` that may have seen a symbolic bool (capture/identity.py)
-    state.ran_codes = ran.codes  # the user code the trace ran (a disk cache re-checks its hashes: specengine/persist)
+    _keep_what_ran(specs, state, ran)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
-    specs.layout_facts = list(state.facts.layout_facts)
-    specs.attr_facts = list(state.facts.attr_facts)
-    specs.lifted = list(state.facts.lifted)  # tensors closed over from outside: inputs the prologue passes as they are
     params += tuple(proxy for proxy, _, _ in state.facts.lifted)
     state.frontend_s = (user_start - start) + (time.perf_counter() - user_end)  # the walks around the user's call
     return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from specengine.capture import exceptions, torchstate
 from specengine.constraints.decide import Decider
 from specengine.ir.recording import InputFacts, NameGen, TraceState
@@ -40,9 +42,9 @@ class CaptureState(TraceState):
 
     def autocast_args(self, name: str, impl: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """A top-level op's arguments with autocast's casts made explicit, before its kernel runs."""
-        devices = torchstate.autocast_devices(torchstate.snapshot())  # (live: `_before_op` records the change)
-        if not devices or len(self.scopes) != 1:
+        if len(self.scopes) != 1 or not torch._C._is_any_autocast_enabled():  # (one C call on every generic op)
             return args, kwargs
+        devices = torchstate.autocast_devices(torchstate.snapshot())  # (live: `_before_op` records the change)
         return torchstate.autocast_inputs(name, impl, args, kwargs, devices, self.decider.hints)[:2]
 
     def _after_op(self, sym: Any, out: Any, token: Any) -> None:
