@@ -256,3 +256,26 @@ def _valid(shapes):
     except RuntimeError:
         return False
     return True
+
+
+def test_prove_asks_z3_once_per_undecided_question_until_something_is_learned():
+    """fastspeech2's duration loop asked `u1 - 1 == 0` of z3 320 times (1 s): an undecided question stays
+    undecided while no constraint, fact, assumption or unbacked range changes, and is asked again after one does."""
+    from specengine.constraints.unbacked import UnbackedSymbol
+
+    d = Decider({"s0": 4}, {"s0": (0, None)})
+    u = d.unbacked.add(UnbackedSymbol("u0", int, "a data-dependent int of item", HERE, lo=0))
+    d.hints["u0"] = 2
+    q = E.eq(E.sub(u, s0), 0)
+    assert d.prove(q) is None
+    calls = d.z3_calls
+    assert all(d.prove(q) is None for _ in range(5)) and d.z3_calls == calls  # nothing learned: not asked again
+    saved = d.checkpoint()
+    d.unbacked.assume(E.eq(u, s0), HERE)  # an assumption proves it
+    assert d.prove(q) is True
+    d.restore(saved)  # forgotten: undecided again
+    assert d.prove(q) is None
+    d.unbacked.symbols["u0"].lo = d.unbacked.symbols["u0"].hi = 4  # a range narrowed (torch._check): not s0's
+    assert d.prove(q) is None and d.z3_calls > calls
+    d.record(E.eq(s0, 4), HERE)  # a recorded constraint decides it
+    assert d.prove(q) is True

@@ -69,7 +69,8 @@ class Decider:
         self.hints = _Hints(hints)  # a copy: unbacked symbols add their stand-in values (never the prologue's)
         self.ranges = ranges
         self.unbacked = Unbacked()  # data-dependent symbols: decided by `prove`, never recorded
-        self._proved: dict[tuple, bool] = {}  # (normalized query, oblivious symbols) -> what `prove` proved
+        # (normalized query, oblivious symbols) -> what `prove` proved, or what it was undecided over
+        self._proved: dict[tuple, bool | tuple] = {}
         self.constraints: list[Constraint] = []
         self.float_constraints: list[Constraint] = []  # predicates on symbolic floats (kept as recorded)
         self.z3_calls = 0
@@ -223,13 +224,16 @@ class Decider:
             return n.value
         key = (n, oblivious)
         known = self._proved.get(key)  # facts only accumulate: what was proved stays proved
+        if isinstance(known, bool):
+            return known
+        facts = tuple(self.unbacked.fact_exprs(oblivious))
+        unproved = (len(self.constraints), facts)  # what an undecided query was undecided over
+        if known == unproved:
+            return None  # nothing was learned since (`restore` forgets this memo with the rest)
+        known = decide_by_bounds(n, {**self.ranges, **self.unbacked.ranges(oblivious)})
         if known is None:
-            known = decide_by_bounds(n, {**self.ranges, **self.unbacked.ranges(oblivious)})
-        if known is None:
-            facts = self.unbacked.fact_exprs(oblivious)
             known = next((v for v in (True, False) if self._z3_decide(n, v, facts) is not None), None)
-        if known is not None:
-            self._proved[key] = known
+        self._proved[key] = unproved if known is None else known
         return known
 
     def _z3_decide(self, n: E.Expr, value: bool, facts: tuple = ()) -> bool | None:
