@@ -100,6 +100,36 @@ def spellings(fn: Callable, args: tuple, kwargs: dict) -> list[Spelling]:
     return out
 
 
+# the numpy names torch's argument parser accepts for these parameters, in a builtin's signature
+NUMPY_NAMES = {"dim": ("axis",), "keepdim": ("keepdims",), "input": ("x", "a", "x1"), "other": ("x2",)}
+
+
+def numpy_spellings(fn: Callable, args: tuple, kwargs: dict) -> list[Spelling]:
+    """The sample with every parameter after `self` by keyword and each that has numpy names spelled by one of them
+    (`torch.sum(x=t, axis=0, keepdims=True)`), one spelling per alias; and with such a parameter given positionally
+    and by its numpy name, which eager refuses."""
+    bound = _positional_names(fn, args, kwargs)
+    if bound is None:
+        return []
+    ov, values = bound
+    first = 1 if signatures._is_method(fn) else 0
+    names = [p.name for p in ov.positional if p.name in values]
+    keyword_only = {p.name: values[p.name] for p in ov.params if p.kw_only and p.name in values}
+    aliased = [n for n in names[first:] + list(keyword_only) if n in NUMPY_NAMES]
+    out = []
+    for i in range(max((len(NUMPY_NAMES[n]) for n in aliased), default=0)):
+        spelled = {n: NUMPY_NAMES[n][min(i, len(NUMPY_NAMES[n]) - 1)] for n in aliased}
+        kw = {spelled.get(n, n): values[n] for n in names[first:] + list(keyword_only)}
+        out.append(Spelling(fn, tuple(values[n] for n in names[:first]), kw, ", ".join(f"{k}=" for k in kw)))
+    twice = [n for n in names[first:] if n in NUMPY_NAMES]
+    if twice:
+        alias = NUMPY_NAMES[twice[0]][0]
+        pos = tuple(values[n] for n in names)
+        out.append(Spelling(fn, pos, {**keyword_only, alias: values[twice[0]]}, f"{twice[0]} positional and {alias}=: twice",
+                            valid=False))  # fmt: skip
+    return out
+
+
 def deprecated_spellings(fn: Callable, args: tuple, kwargs: dict) -> list[Spelling]:
     """The sample in each of torch's deprecated signatures of `fn` (torchgen's deprecated.yaml, as
     `signatures._deprecated_entries` reads it: `torch.add(x, 2, y)`, `x.addmm(2, a, 3, b, c)`), all positional and

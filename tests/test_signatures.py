@@ -1,8 +1,9 @@
 """Torch's own signatures bind every call to an op with a rule (issue 22 part 4; ops/signatures.py).
 
 Generated (tests/siggen.py): every torch callable with a rule, on OpInfo's samples (or the generator's own), in every
-positional/keyword split that torch's schema allows, in torch's deprecated signatures (`torch.add(x, 2, y)`), and
-with an unknown keyword and an argument given twice. Each
+positional/keyword split that torch's schema allows, with numpy's names for `dim`, `keepdim`, `input` and `other`
+(`x.sum(axis=0, keepdims=True)`, which torch's parser accepts), in torch's deprecated signatures
+(`torch.add(x, 2, y)`), and with an unknown keyword and an argument given twice. Each
 spelling must do what eager does: the same values, or the same exception type where eager raises; where the
 engine refuses the plain positional call (UnsupportedOpError), a keyword spelling is refused the same way.
 """
@@ -64,7 +65,8 @@ def test_every_spelling_matches_eager(fn, opinfo):
     for args, kwargs in calls:
         reference = siggen.Spelling(fn, args, kwargs, "as sampled")
         _, ref_error = _run(reference, compiled=True)
-        for call in siggen.spellings(fn, args, kwargs) + siggen.deprecated_spellings(fn, args, kwargs):
+        for call in siggen.spellings(fn, args, kwargs) + siggen.numpy_spellings(fn, args, kwargs) + \
+                siggen.deprecated_spellings(fn, args, kwargs):  # fmt: skip
             expected, eager_error = _run(call, compiled=False)
             got, error = _run(call, compiled=True)
             checked += 1
@@ -169,3 +171,48 @@ def test_refused_spellings_raise_eagers_type(case):
     with pytest.raises(type(eager.value)):
         cf(torch.randn(3, 4))
     assert specengine.cache_misses(cf) == 0 and not specengine.cache_entries(cf)
+
+
+# Programs written with numpy's names, beside the same program with torch's: over sizes that change what a
+# compile may assume, each must give eager's values and the counts of torch's spelling.
+NUMPY_PAIRS = {
+    "cat axis=": (lambda x: torch.cat([x, x], axis=1), lambda x: torch.cat([x, x], dim=1)),
+    "sum axis= keepdims=": (
+        lambda x: torch.sum(x, axis=0, keepdims=True),
+        lambda x: torch.sum(x, dim=0, keepdim=True),
+    ),
+    "x.mean axis=": (lambda x: x.mean(axis=-1), lambda x: x.mean(dim=-1)),
+    "x.amax axis=": (lambda x: x.amax(axis=1, keepdims=True), lambda x: x.amax(dim=1, keepdim=True)),
+    "max axis=": (lambda x: torch.max(x, axis=1).values, lambda x: torch.max(x, dim=1).values),
+    "softmax x= axis=": (lambda x: torch.softmax(x=x, axis=1), lambda x: torch.softmax(input=x, dim=1)),
+    "stack axis=": (lambda x: torch.stack([x, x], axis=0), lambda x: torch.stack([x, x], dim=0)),
+    "add x1= x2=": (lambda x: torch.add(x1=x, x2=x), lambda x: torch.add(input=x, other=x)),
+    "x.cumsum axis=": (lambda x: x.cumsum(axis=1), lambda x: x.cumsum(dim=1)),
+    "x.std axis=": (lambda x: x.std(axis=1, keepdims=True), lambda x: x.std(dim=1, keepdim=True)),
+}
+
+
+@pytest.mark.parametrize("case", list(NUMPY_PAIRS))
+def test_numpy_names_follow_torchs_spelling_over_sizes(case):
+    numpy_style, torch_style = (specengine.compile(f, dynamic=True) for f in NUMPY_PAIRS[case])
+    for n in (2, 0, 1, 3, 2):
+        x = torch.randn(n, 3)
+        expected = NUMPY_PAIRS[case][1](x)
+        torch.testing.assert_close(numpy_style(x), expected, equal_nan=True)
+        torch.testing.assert_close(torch_style(x), expected, equal_nan=True)
+    assert specengine.cache_misses(numpy_style) == specengine.cache_misses(torch_style)
+    assert specengine.cache_hits(numpy_style) == specengine.cache_hits(torch_style)
+    assert specengine.cache_misses(numpy_style) + specengine.cache_hits(numpy_style) == 5
+
+
+def test_numpy_name_beside_its_parameter_is_eagers_type_error():
+    x = torch.randn(2, 3)
+    for fn in (
+        lambda x: torch.sum(x, 0, axis=1),
+        lambda x: x.sum(0, axis=1),
+        lambda x: torch.sum(x, dim=0, axis=1),
+    ):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'axis'"):
+            fn(x)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'axis'"):
+            specengine.compile(fn, dynamic=True)(x)

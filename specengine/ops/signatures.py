@@ -173,6 +173,8 @@ def _bind_one(fn: Any, ov: Overload, args: tuple, kwargs: dict) -> tuple[tuple, 
     values = {p.name: v for p, v in zip(positional, args)}
     names = {p.name for p in ov.params if not p.positional_only}
     for key, value in kwargs.items():
+        if key not in names and not inspect.isfunction(fn):
+            key = _numpy_name(key, names, values, kwargs)
         if key not in names:
             raise TypeError(f"{_short(fn)}() got an unexpected keyword argument '{key}'")
         if key in values:
@@ -192,6 +194,17 @@ def _bind_one(fn: Any, ov: Overload, args: tuple, kwargs: dict) -> tuple[tuple, 
         elif p.kw_only and p.default is _REQUIRED:
             raise TypeError(f"{_short(fn)}() missing required keyword argument '{p.name}'")
     return tuple(out_args), out_kwargs
+
+
+# torch's argument parser also accepts numpy's names for these parameters (`x.sum(axis=0, keepdims=True)`)
+_NUMPY_NAMES = {"axis": "dim", "keepdims": "keepdim", "x": "input", "a": "input", "x1": "input", "x2": "other"}
+
+
+def _numpy_name(key: str, names: set[str], values: dict, kwargs: dict) -> str:
+    """The parameter a keyword spelled the numpy way names in a builtin, as torch's parser reads it: only where the
+    parameter has no other value (`x.sum(0, axis=1)` is eager's "unexpected keyword argument 'axis'")."""
+    name = _NUMPY_NAMES.get(key)
+    return name if name in names and name not in values and name not in kwargs else key
 
 
 def _int_like(v: Any) -> bool:
