@@ -422,7 +422,7 @@ def compile_entry(fn: Callable, args: tuple, kwargs: dict, options: Options, aut
             traces, decider, state = _trace_stage(fn, specs, options, speculation or {})
             break
         except Promote as p:  # `self.steps += 1`: trace again with the attribute as a symbolic input
-            promoted = promoted | {p.key}
+            promoted = promoted | p.keys
     else:
         raise SpecEngineError("internal error: module attributes kept being promoted")
     uses_default_dtype, plan = state.facts.uses_default_dtype, state.output_plan

@@ -5,7 +5,8 @@ While tracing, `Module.__setattr__` (patched by `prologue/structure.py`) hands w
 recorder: the write is performed, so `forward` reads it back, and undone when tracing ends, also on error, so no
 proxy is left on a module. Each becomes a `Write` whose final value the computation returns; the entry assigns it
 after every call. `self.steps += 1` on an int attribute makes the compile trace again with the attribute as a
-symbolic input (`Promote`). Parameters, submodules, other objects and `del self.x` are refused.
+symbolic input (`Promote`, once for all the int attributes the trace assigns). Parameters, submodules, other
+objects and `del self.x` are refused.
 """
 
 from __future__ import annotations
@@ -61,11 +62,11 @@ def with_writes(computation: Callable, writes: list[Write]) -> Callable:
 
 
 class Promote(Exception):  # noqa: N818 - a signal, not an error
-    """An int module attribute that the program assigns: compile again with it as a symbolic input."""
+    """Int module attributes that the program assigns (`keys`): compile again with them as symbolic inputs."""
 
-    def __init__(self, key: tuple[int, str]):
-        super().__init__(key)
-        self.key = key
+    def __init__(self, keys: frozenset):
+        super().__init__(keys)
+        self.keys = keys
 
 
 class _Recorder:
@@ -74,6 +75,7 @@ class _Recorder:
     def __init__(self, modules: set[int], inputs: set[tuple[int, str]], promoted: frozenset):
         self.modules, self.inputs, self.promoted = modules, inputs, promoted
         self.saved: dict[tuple[int, str], tuple] = {}
+        self.pending: set[tuple[int, str]] = set()  # int attributes assigned that are to be promoted
 
     def setattr(self, m: torch.nn.Module, name: str, value: Any) -> bool:
         if id(m) not in self.modules:
@@ -83,7 +85,7 @@ class _Recorder:
         old = table.get(name, _MISSING)
         key = (id(m), name)
         if type(old) is int and _is_int(value) and key not in self.promoted:
-            raise Promote(key)
+            self.pending.add(key)  # the trace goes on, to find every such attribute in one trace
         self.saved.setdefault(key, (m, name, table, old))
         structure.put(table, name, value)  # undone in finish(): not a structure change
         return True
@@ -147,6 +149,9 @@ def recording(modules: list, inputs: set[tuple[int, str]], promoted: frozenset) 
     try:
         yield rec
         ok = True
+    except Exception:
+        if not rec.pending:
+            raise  # (where some are pending, the trace is redone with them inputs: it may go otherwise then)
     finally:
         _recorder.reset(token)
         rec.writes = rec.finish()
@@ -154,8 +159,10 @@ def recording(modules: list, inputs: set[tuple[int, str]], promoted: frozenset) 
         changed = [(s, name, k) for (s, name, t), old in zip(tables, before) for k in revert_changes(t, old)]
         for t, k in cached if changed else ():  # refused: nothing stays
             t.pop(k, None)
+    if rec.pending:
+        raise Promote(frozenset(rec.pending))
     if cached and not changed:  # a cached constant kept, as eager keeps it: trace again with it an attribute
-        raise Promote(None)
+        raise Promote(frozenset([None]))
     if changed and ok:  # register_buffer, add_module, `_buffers[k] = ...` in forward: would leave a proxy there
         s, name, k = changed[0]
         code = getattr(type(s).forward, "__code__", None)

@@ -209,17 +209,17 @@ class Examples:
         outs = _tensor_outs(bsym)
         if len(metas) != len(outs):
             raise _Unknown
-        found = None
+        found, unique = None, tuple(dict.fromkeys(deps))  # each once: a chain of ops must not repeat its inputs' deps
         for o, m in zip(outs, metas):
             if tuple(m.shape) != tuple(self._int(d) for d in o.dims) or m.device.type != "meta":
                 raise _Unknown  # (not what the trace computed: the replay is not to be trusted)
             if o is proxy:
                 found = m
             else:
-                self.memo.setdefault((id(o), id(bsym)), (o, bsym, m, tuple(deps)))
+                self.memo.setdefault((id(o), id(bsym)), (o, bsym, m, unique))
         if found is None:
             raise _Unknown
-        return found, tuple(deps)
+        return found, unique
 
     def _made(self, bsym: Any, proxy: TensorProxy) -> tuple[torch.Tensor, tuple]:
         """A factory's tensor: contiguous, in a storage of its own (unless it names strides or a memory format)."""
