@@ -69,6 +69,7 @@ class Examples:
     def __init__(self, state: Any):
         self.state = state
         self.memo: dict[tuple, tuple] = {}  # (id(proxy), id(binding bsym) or 0) -> (proxy, bsym, meta, deps)
+        self.free_memo: dict[tuple, tuple] = {}  # the same keys -> (proxy, bsym, overlap_free)
         self.root_memo: dict[tuple, frozenset] = {}  # the same keys -> roots() (the memo above keeps the bsyms alive)
         self.defs: dict[int, list[int]] = {}  # id(proxy) -> positions of the top-level bound symbols returning it
         self.top: list = state.scopes[0]  # (appended to while tracing)
@@ -147,6 +148,32 @@ class Examples:
             memo[key] = compute(p, pos, bsym)
             stack.pop()
         return memo[self._key(proxy, goal)]
+
+    def overlap_free(self, proxy: TensorProxy) -> bool:
+        """Whether `proxy` has no internal overlap whatever the sizes, by the ops that made it (no example is run):
+        an op's allocation, a view that takes a subset of such a tensor, or a composite of such tensors."""
+
+        def inputs(bsym: Any) -> list:
+            name = getattr(bsym.sym.impl, "__name__", "") or ""
+            if not bsym.sym.pure or _allocates(name) or _computes(bsym, name):
+                return []
+            if name in _SUBSET_VIEWS:
+                return _tensor_args(bsym)[:1]  # (the base: an index tensor of `getitem` is not viewed)
+            return _tensor_args(bsym) if _fresh_name(name) else []
+
+        def compute(p: TensorProxy, pos: int, bsym: Any) -> bool:
+            if bsym is None or not bsym.sym.pure:
+                return (p, bsym, False)  # (an input: its strides are the prologue's question)
+            name = getattr(bsym.sym.impl, "__name__", "") or ""
+            if _allocates(name) or _computes(bsym, name):
+                return (p, bsym, True)
+            if name not in _SUBSET_VIEWS and not _fresh_name(name):
+                return (p, bsym, False)
+            needed = inputs(bsym)
+            free = bool(needed) and all(self.free_memo[self._key(a, self._binding(a, pos))][2] for a in needed)
+            return (p, bsym, free)  # (holding the bound symbol: the key is its id)
+
+        return self._walk(self.free_memo, proxy, None, inputs, compute)[2]
 
     def binding_now(self, proxy: TensorProxy) -> int:
         return self._binding(proxy, len(self.top) + len(self.open))
@@ -279,6 +306,35 @@ def _fresh_name(name: str) -> bool:
     return bool(pure) and not any(r.alias_info is not None for sc in pure for r in sc.returns)
 
 
+@functools.cache
+def _allocates(name: str) -> bool:
+    """Whether torch's op of this name returns tensors it allocated, without internal overlap: fresh, no overload
+    composed of other ops (a composite, such as einsum, may return a view of an input), no strides given."""
+    return _fresh_name(name) and "strided" not in name and not any(map(_composite, _aten_overloads(name)))
+
+
+def _composite(overload: Any) -> bool:
+    try:
+        return overload.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
+    except RuntimeError:  # an overload without a kernel table (TorchScript's list `mul.left_t`): no tensor op
+        return False
+
+
+# composites that compute their result (never return an input's view), given at least this many tensors
+_COMPUTES = {"matmul": 2, "linear": 2, "einsum": 2}  # (einsum of one operand may return a view of it)
+
+# views whose elements are distinct memory wherever their base's are (a subset of it, reordered or regrouped)
+_SUBSET_VIEWS = frozenset({
+    "reshape", "view", "view_as", "reshape_as", "getitem", "transpose", "t", "permute", "unsqueeze", "squeeze",
+    "narrow", "select", "flatten", "unflatten", "movedim", "moveaxis", "swapaxes", "swapdims", "split", "chunk",
+    "unbind", "tensor_split", "split_with_sizes", "diagonal", "contiguous", "alias", "detach",
+})  # fmt: skip
+
+
+def _computes(bsym: Any, name: str) -> bool:
+    return name in _COMPUTES and len(_tensor_args(bsym)) >= _COMPUTES[name]
+
+
 def _fresh(bsym: Any) -> bool:
     """Whether a bound symbol makes new tensors (their storage shares nothing with its inputs)."""
     return bsym.sym.pure and _fresh_name(getattr(bsym.sym.impl, "__name__", "") or "")
@@ -336,7 +392,8 @@ def check_write(dst: TensorProxy, srcs: tuple = (), op: str = "", internal: bool
     observed = state.observed()
     mine = ex.roots(dst)  # only what may overlap: a view written, or sharing storage with a source
     srcs = tuple(s for s in srcs if mine & ex.roots(s))
-    internal = internal and mine != {ex.key_now(dst)} and not _contiguous_input(state, ex, dst, observed)
+    internal = internal and mine != {ex.key_now(dst)} and not ex.overlap_free(dst)
+    internal = internal and not _contiguous_input(state, ex, dst, observed)
     if not srcs and not internal:  # (a tensor an op made has no internal overlap)
         return
     d, deps = ex.of(dst)
