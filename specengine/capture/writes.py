@@ -80,6 +80,8 @@ class _Recorder:
     def setattr(self, m: torch.nn.Module, name: str, value: Any) -> bool:
         if id(m) not in self.modules:
             return False
+        if name in m._modules and m._modules[name] is value:
+            return True  # `self.lin = self.lin.to(dtype)` that changed nothing: eager's write changes nothing
         _check_assignable(m, name, value)
         table = m._buffers if name in m._buffers else m.__dict__
         old = table.get(name, _MISSING)
@@ -104,6 +106,9 @@ class _Recorder:
         return out
 
 
+_TORCH_CONSTANTS = (torch.dtype, torch.layout, torch.memory_format)  # one object per value: `self.dtype = x.dtype`
+
+
 def _is_int(v: Any) -> bool:
     return (type(v) is int) or (isinstance(v, NumberProxy) and v.python_type is int)
 
@@ -118,7 +123,7 @@ def _check_assignable(m: torch.nn.Module, name: str, value: Any) -> None:
         raise unsupported(what, "parameters and submodules cannot change inside the compiled function; change "
                           "them outside it (or register a buffer for state)")  # fmt: skip
     for leaf in pytree.tree_leaves(value):
-        if not (isinstance(leaf, (TensorProxy, NumberProxy)) or has_value_semantics(leaf)):
+        if not (isinstance(leaf, (TensorProxy, NumberProxy, *_TORCH_CONSTANTS)) or has_value_semantics(leaf)):
             raise unsupported(f"{what} (a {type(leaf).__name__})", "assign tensors, numbers, strings or tuples of "
                               "them, or return the value and assign it outside the compiled function")  # fmt: skip
 
@@ -127,6 +132,21 @@ def on_setattr(m: torch.nn.Module, name: str, value: Any) -> bool:
     """Module.__setattr__'s tracing hook: True when the write was recorded (and must not go through)."""
     rec = _recorder.get()
     return rec is not None and rec.setattr(m, name, value)
+
+
+def on_apply(m: torch.nn.Module, fn: Callable) -> bool:
+    """Module._apply's tracing hook (`Module.to`, `.float()`, `.cpu()`, ...): on a traced module, a conversion that
+    leaves every parameter and buffer as it is does nothing (eager's returns the module); any other is refused."""
+    rec = _recorder.get()
+    if rec is None or id(m) not in rec.modules:
+        return False
+    with torch._C.DisableTorchFunction():  # (the real tensors: `to` of an unchanged one returns it)
+        changed = [n for n, t in (*m.named_parameters(), *m.named_buffers()) if fn(t) is not t]
+    if changed:
+        raise unsupported(f"{type(m).__name__}.to() (or .float(), .half(), .cpu(), ...) changing {changed[0]} inside "
+                          "the compiled function", "convert the module before compiling it, or compile it again "
+                          "after converting it outside")  # fmt: skip
+    return True
 
 
 def on_delattr(m: torch.nn.Module, name: str) -> None:
@@ -141,6 +161,7 @@ def recording(modules: list, inputs: set[tuple[int, str]], promoted: frozenset) 
     """Record attribute writes on the trees of `modules` while the program is traced."""
     structure.install()
     structure.trace_setattr[0], structure.trace_delattr[0] = on_setattr, on_delattr
+    structure.trace_apply[0] = on_apply
     rec = _Recorder({id(s) for m in modules for s in m.modules()}, inputs, promoted)
     tables = [(s, name, getattr(s, name)) for m in modules for s in m.modules() for name in _TABLES]
     before = [dict(t) for _, _, t in tables]

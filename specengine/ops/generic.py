@@ -48,6 +48,9 @@ from specengine.patching import original
 _DATA_DEPENDENT_TAGS = tuple(getattr(torch.Tag, t) for t in ("dynamic_output_shape", "data_dependent_output")
                       if hasattr(torch.Tag, t))  # fmt: skip
 _VALUE_RESULTS = (torch.dtype, torch.device, torch.layout, torch.memory_format, type(None))
+# ops whose bool answer depends only on what a stand-in shares with every tensor a proxy stands for (its TensorImpl
+# kind: dense and strided): `Module.to` / `_apply` asks it of each parameter
+_STATIC_BOOLS = frozenset({"torch._has_compatible_shallow_copy_type"})
 # ops whose outputs never require grad in eager (`x.detach()`, `torch.full_like(x, v)`): the generic path would
 # otherwise give them the inputs' requires_grad
 _NOT_DIFFERENTIABLE = frozenset(("detach", "detach_", "full_like", "rand_like", "randn_like", "randint_like",
@@ -429,7 +432,7 @@ def _describe(name: str, out: Any, stand_ins: _Stand_ins) -> tuple[list, Any]:
         if isinstance(leaf, torch.Tensor):
             k = index.get(id(leaf))
             outputs.append(("input", k) if k is not None else ("new", _dims(leaf), leaf.dtype))
-        elif isinstance(leaf, _VALUE_RESULTS):
+        elif isinstance(leaf, _VALUE_RESULTS) or (type(leaf) is bool and name in _STATIC_BOOLS):
             outputs.append(("value", leaf))
         elif (number := fake_rules.number(leaf)) is not None:
             outputs.append(("number", number))
@@ -456,7 +459,7 @@ def _build(name: str, outputs: list, spec: Any, inputs: list[TensorProxy], devic
             results.append(TensorProxy(state.names.fresh("t"), dims, dtype, device, wants_grad))
         else:
             results.append(rest[0])
-    if not any(isinstance(r, Proxy) for r in results) and pure:
+    if not any(isinstance(r, Proxy) for r in results) and pure and name not in _STATIC_BOOLS:
         raise unsupported(name, "it returns no tensor")
     return pytree.tree_unflatten(results, spec)
 

@@ -485,9 +485,9 @@ def _to_args(args: tuple, kwargs: dict) -> tuple:
         raise unsupported("Tensor.to(a tensor closed over from outside)", "pass the tensor as an argument")
     elif args and isinstance(args[0], torch.dtype):
         dtype = args.pop(0)
-    elif args and isinstance(args[0], (str, torch.device, int)) and not isinstance(args[0], bool):
-        device = args.pop(0)
-        if args and isinstance(args[0], torch.dtype):
+    elif args and (args[0] is None or isinstance(args[0], (str, torch.device, int)) and not isinstance(args[0], bool)):
+        device = args.pop(0)  # (None: the tensor's own, as Module.to passes it: `t.to(None, dtype, False)`)
+        if args and (args[0] is None or isinstance(args[0], torch.dtype)):
             dtype = args.pop(0)
     flags = dict(zip(("non_blocking", "copy"), args))
     flags.update({k: kw.pop(k) for k in ("non_blocking", "copy") if k in kw})
@@ -503,6 +503,12 @@ def _to_args(args: tuple, kwargs: dict) -> tuple:
 @torchop(torch.Tensor.to, name="to", methods=("to",))
 def to(a: TensorProxy, *args: Any, **kwargs: Any) -> TensorProxy:
     return _cast(a, *_to_args(args, kwargs))
+
+
+# kept: the generic path cannot trace it (it returns its input where that is on the CPU already)
+@torchop(torch.Tensor.cpu, name="cpu", methods=("cpu",))
+def cpu(a: TensorProxy, memory_format: Any = torch.preserve_format) -> TensorProxy:
+    return _cast(a, None, torch.device("cpu"), False, memory_format)
 
 
 # kept: a prims.convert_element_type, which fusing executors take

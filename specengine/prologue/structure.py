@@ -58,6 +58,7 @@ INTERNAL = frozenset(vars(torch.nn.Module()))  # Module's own bookkeeping attrib
 _installed = False
 trace_setattr: list[Callable | None] = [None]  # set by the tracer: intercepts attribute writes while tracing
 trace_delattr: list[Callable | None] = [None]
+trace_apply: list[Callable | None] = [None]  # Module._apply (`.to`, `.float()`, ...) while tracing: True if handled
 
 
 _DIRTY = -1  # EPOCH's value after a write made under dynamo: never the epoch an entry has seen
@@ -256,6 +257,17 @@ def _bumping(fn: Callable) -> Callable:
     return wrapper
 
 
+def _applying(original: Callable) -> Callable:
+    def _apply(self: torch.nn.Module, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        hook = trace_apply[0]
+        if hook is not None and hook(self, fn):
+            return self
+        return original(self, fn, *args, **kwargs)
+
+    _apply.__wrapped__ = original
+    return _apply
+
+
 def _setattr(original: Callable) -> Callable:
     def __setattr__(self: torch.nn.Module, name: str, value: Any) -> None:
         hook = trace_setattr[0]
@@ -292,6 +304,7 @@ def install() -> None:
         M = torch.nn.Module
         M.__setattr__ = _setattr(M.__setattr__)
         M.__delattr__ = _delattr(M.__delattr__)
+        M._apply = _applying(M._apply)
         for name in ("add_module", "register_module", "register_buffer", "register_parameter"):
             setattr(M, name, _bumping(getattr(M, name)))
         for cls, name in ((torch.nn.ModuleList, "insert"), (torch.nn.Sequential, "insert"),
