@@ -76,15 +76,24 @@ def _positional_names(fn: Callable, args: tuple, kwargs: dict) -> tuple[signatur
     return None
 
 
-def spellings(fn: Callable, args: tuple, kwargs: dict) -> list[Spelling]:
-    """The sample `fn(*args, **kwargs)` in every positional/keyword split eager accepts, and two it refuses."""
+def _given(fn: Callable, args: tuple, kwargs: dict) -> tuple[dict, list[str], dict, int] | None:
+    """The sample's values by name, the positional parameters it gives (in order), the keyword-only ones it gives,
+    and how many leading ones are always positional (a method's self); None where no overload binds it."""
     bound = _positional_names(fn, args, kwargs)
     if bound is None:
-        return []
+        return None
     ov, values = bound
     names = [p.name for p in ov.positional if p.name in values]
     keyword_only = {p.name: values[p.name] for p in ov.params if p.kw_only and p.name in values}
-    first = 1 if signatures._is_method(fn) else 0  # a method's self is bound: always positional
+    return values, names, keyword_only, 1 if signatures._is_method(fn) else 0
+
+
+def spellings(fn: Callable, args: tuple, kwargs: dict) -> list[Spelling]:
+    """The sample `fn(*args, **kwargs)` in every positional/keyword split eager accepts, and two it refuses."""
+    given = _given(fn, args, kwargs)
+    if given is None:
+        return []
+    values, names, keyword_only, first = given
     out = []
     for k in range(first, len(names) + 1):
         if k == len(names) and not keyword_only:
@@ -108,13 +117,10 @@ def numpy_spellings(fn: Callable, args: tuple, kwargs: dict) -> list[Spelling]:
     """The sample with every parameter after `self` by keyword and each that has numpy names spelled by one of them
     (`torch.sum(x=t, axis=0, keepdims=True)`), one spelling per alias; and with such a parameter given positionally
     and by its numpy name, which eager refuses."""
-    bound = _positional_names(fn, args, kwargs)
-    if bound is None:
+    given = _given(fn, args, kwargs)
+    if given is None:
         return []
-    ov, values = bound
-    first = 1 if signatures._is_method(fn) else 0
-    names = [p.name for p in ov.positional if p.name in values]
-    keyword_only = {p.name: values[p.name] for p in ov.params if p.kw_only and p.name in values}
+    values, names, keyword_only, first = given
     aliased = [n for n in names[first:] + list(keyword_only) if n in NUMPY_NAMES]
     out = []
     for i in range(max((len(NUMPY_NAMES[n]) for n in aliased), default=0)):

@@ -154,22 +154,21 @@ class Examples:
         an op's allocation, a view that takes a subset of such a tensor, or a composite of such tensors."""
 
         def inputs(bsym: Any) -> list:
-            name = getattr(bsym.sym.impl, "__name__", "") or ""
+            """The tensors whose freedom decides the op's output's: none where it is decided already."""
+            name = _impl_name(bsym)
             if not bsym.sym.pure or _allocates(name) or _computes(bsym, name):
                 return []
             if name in _SUBSET_VIEWS:
                 return _tensor_args(bsym)[:1]  # (the base: an index tensor of `getitem` is not viewed)
-            return _tensor_args(bsym) if _fresh_name(name) else []
+            return _tensor_args(bsym) if _fresh_name(name) else []  # (a composite: free where its inputs are)
 
-        def compute(p: TensorProxy, pos: int, bsym: Any) -> bool:
+        def compute(p: TensorProxy, pos: int, bsym: Any) -> tuple:
             if bsym is None or not bsym.sym.pure:
                 return (p, bsym, False)  # (an input: its strides are the prologue's question)
-            name = getattr(bsym.sym.impl, "__name__", "") or ""
+            name = _impl_name(bsym)
             if _allocates(name) or _computes(bsym, name):
                 return (p, bsym, True)
-            if name not in _SUBSET_VIEWS and not _fresh_name(name):
-                return (p, bsym, False)
-            needed = inputs(bsym)
+            needed = inputs(bsym)  # (none for any other op: not known to be free)
             free = bool(needed) and all(self.free_memo[self._key(a, self._binding(a, pos))][2] for a in needed)
             return (p, bsym, free)  # (holding the bound symbol: the key is its id)
 
@@ -250,7 +249,7 @@ class Examples:
 
     def _made(self, bsym: Any, proxy: TensorProxy) -> tuple[torch.Tensor, tuple]:
         """A factory's tensor: contiguous, in a storage of its own (unless it names strides or a memory format)."""
-        name = getattr(bsym.sym.impl, "__name__", "") or ""
+        name = _impl_name(bsym)
         if "memory_format" in bsym.kwargs_dict or "strided" in name or len(_tensor_outs(bsym)) != 1:
             raise _Unknown
         with torch._C.DisableTorchFunction():
@@ -337,7 +336,11 @@ def _computes(bsym: Any, name: str) -> bool:
 
 def _fresh(bsym: Any) -> bool:
     """Whether a bound symbol makes new tensors (their storage shares nothing with its inputs)."""
-    return bsym.sym.pure and _fresh_name(getattr(bsym.sym.impl, "__name__", "") or "")
+    return bsym.sym.pure and _fresh_name(_impl_name(bsym))
+
+
+def _impl_name(bsym: Any) -> str:
+    return getattr(bsym.sym.impl, "__name__", "") or ""
 
 
 def _tensor_outs(bsym: Any) -> list:
