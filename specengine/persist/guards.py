@@ -70,7 +70,7 @@ def _describe_class(cls: type, g: ClassGuard, roots: dict[int, tuple]) -> list:
     for root, at in roots.values():
         for qual, m in root.named_modules(remove_duplicate=False):
             if type(m) is cls:
-                return ["module_type", at, qual, keys.digest(keys.class_fingerprint(cls))]
+                return ["module_type", at, qual, keys.class_digest(cls)]
     raise NoRecipe(f"a class of {g.path} without a module and qualname")
 
 
@@ -79,7 +79,7 @@ def _resolve_class(r: list, ctx: Context) -> type:
         return resolve(r, ctx)
     _, at, qual, saved = r
     cls = type(_module_at(at, "self", ctx).get_submodule(qual))
-    if keys.digest(keys.class_fingerprint(cls)) != saved:
+    if keys.class_digest(cls) != saved:
         raise StructureDiffers(f"the class of the module at {qual!r} differs")
     return cls
 
@@ -142,7 +142,7 @@ def portable_structure(g: StructureGuard) -> list:
             cls = objects[v[1]]
             v = keys.qualified(cls)
             if v not in classes:
-                classes[v] = keys.digest(keys.class_fingerprint(cls))
+                classes[v] = keys.class_digest(cls)
         elif k.endswith(": submodules"):
             v = [name for name, _ in v]
         elif ": _" in k:
@@ -203,7 +203,7 @@ def _portable(v: Any, objects: dict[int, Any]) -> Any:
             if obj is None:
                 raise NoRecipe("an object in the module structure that the guard does not hold")
             if is_config_object(obj):
-                return ["config", keys.digest(keys.class_fingerprint(type(obj)))]  # its fields are items of their own
+                return ["config", keys.class_digest(type(obj))]  # its fields are items of their own
             if isinstance(obj, (dict, list, set, tuple)):
                 return ["container", keys.qualified(type(obj))]  # compared by identity in-process; walked contents
             return keys.fp(obj)  # are items of their own
@@ -211,7 +211,7 @@ def _portable(v: Any, objects: dict[int, Any]) -> Any:
             return ["items", keys.qualified(v[1]), sorted((_portable(x, objects) for x in v[2]), key=json.dumps)]
         return [_portable(x, objects) for x in v]
     if isinstance(v, type):
-        return keys.digest(keys.class_fingerprint(v))
+        return keys.class_digest(v)
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     raise NoRecipe(f"a {type(v).__name__} in the module structure")

@@ -127,19 +127,43 @@ def class_fingerprint(cls: type, depth: int = 0) -> list:
     return ["class", qualified(cls), [qualified(c) for c in cls.__mro__], space]
 
 
+_LIBRARY_DIGESTS: dict[type, str] = {}  # a library class's fingerprint is its qualname alone: fixed per process
+
+
+def class_digest(cls: type) -> str:
+    """`digest(class_fingerprint(cls))`, memoized for torch's and the standard library's classes."""
+    found = _LIBRARY_DIGESTS.get(cls)
+    if found is None:
+        found = digest(class_fingerprint(cls))
+        if _library(cls):
+            _LIBRARY_DIGESTS[cls] = found
+    return found
+
+
 def qualified(obj: Any) -> str:
     """`module:qualname` of a class or function."""
     return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__name__)}"
 
 
-def _engine_files() -> list[tuple[str, str]]:
-    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _engine_entries(folder: str = _TOP, rel: str = "") -> list[tuple[str, os.DirEntry]]:
+    """Every `.py` file of the engine's package, by its path inside the package, in sorted order."""
     out = []
-    for folder, dirs, files in sorted(os.walk(top)):
-        dirs.sort()
-        out += [(path[len(top) + 1 :], path) for name in sorted(files) if name.endswith(".py")
-                for path in [os.path.join(folder, name)]]  # fmt: skip
+    with os.scandir(folder) as it:
+        found = sorted(it, key=lambda e: e.name)
+    for e in found:
+        name = rel + e.name
+        if e.name.endswith(".py") and e.is_file():
+            out.append((name, e))
+        elif e.is_dir() and e.name != "__pycache__":
+            out += _engine_entries(e.path, name + "/")
     return out
+
+
+def _engine_files() -> list[tuple[str, str]]:
+    return [(rel, e.path) for rel, e in _engine_entries()]
 
 
 def engine_stat() -> str:
