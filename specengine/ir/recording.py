@@ -119,6 +119,14 @@ class TraceState:
     def _resume_user_code(self) -> None:
         """Watch user code again (after `_pause_user_code` returned True)."""
 
+    def pause_user_code(self) -> bool:
+        """`_pause_user_code` for a stretch of the engine's work outside `record` that runs no user code (the
+        generic path's kernel run); whether it paused (then `resume_user_code()` after it)."""
+        return self._pause_user_code()
+
+    def resume_user_code(self) -> None:
+        self._resume_user_code()
+
     def note_refusal(self, error: Exception) -> None:
         """An UnsupportedOpError was raised while this trace records."""
 

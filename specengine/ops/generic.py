@@ -39,7 +39,7 @@ from specengine.ir import shape_env as SE
 from specengine.ir import symnode as S
 from specengine.ir.literals import as_torch_reads
 from specengine.ir.proxies import NumberProxy, Proxy, TensorProxy, unsupported
-from specengine.ir.symbol import Symbol
+from specengine.ir.symbol import Symbol, tree_leaves
 from specengine.ir.trace import format_value
 from specengine.ops import fake_rules, kernel_memo, runtime
 from specengine.ops.signatures import public_name
@@ -238,6 +238,43 @@ def _same_size(a: Any, b: Any, name: str) -> bool:
 
 def generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
     """Trace `func(*args, **kwargs)` through torch's meta kernel; raises UnsupportedOpError where it cannot."""
+    state = context.require()
+    paused = _runs_no_user_code(func, args, kwargs) and state.pause_user_code()
+    try:
+        return _generic_call(func, args, kwargs)
+    finally:
+        if paused:
+            state.resume_user_code()
+
+
+_PLAIN = (TensorProxy, NumberProxy, bool, int, float, complex, str, type(None), torch.dtype, torch.device,
+          torch.layout, torch.memory_format, type(Ellipsis))  # fmt: skip
+_DRAWS = ("rand", "bernoulli", "multinomial", "normal", "poisson", "dropout", "rrelu", "uniform", "random",
+          "exponential", "geometric", "cauchy", "seed", "rng", "gumbel")  # fmt: skip
+
+
+def _runs_no_user_code(func: Callable, args: tuple, kwargs: dict) -> bool:
+    """Whether the generic path's work on `func` reaches only torch's and the engine's code, so that the watchers
+    of user code (line coverage, C calls: they cost a Python call per frame) may pause: an aten or prims op, or a
+    function of torch's (or the engine's) own, that draws no random numbers, on plain arguments (no callable,
+    iterator, module or tensor subclass that could call back into the program)."""
+    if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        name = func.name() if isinstance(func, torch._ops.OpOverload) else func._qualified_op_name
+        if name.partition("::")[0] not in ("aten", "prims"):
+            return False  # a custom op: its fake kernel may be the user's
+    else:
+        owner = getattr(func, "__objclass__", None)
+        module = getattr(func, "__module__", None) or getattr(owner, "__module__", None) or ""
+        if not (module == "torch" or module.startswith(("torch.", "specengine."))):
+            return False
+        name = getattr(func, "__name__", "")
+    if any(d in name for d in _DRAWS):
+        return False
+    return all(isinstance(x, _PLAIN) or type(x) in (torch.Tensor, torch.nn.Parameter)
+               for x in tree_leaves((args, kwargs)))  # fmt: skip
+
+
+def _generic_call(func: Callable, args: tuple, kwargs: dict) -> Any:
     name = op_name(func)
     if name.rpartition(".")[2] in _DTYPE_PREDICATES and len(args) == 1 and isinstance(args[0], TensorProxy):
         with torch._C.DisableTorchFunction():  # a fact of the dtype
