@@ -201,7 +201,7 @@ class _Planner:
         if type(v) is slice:  # its bounds may be symbolic (`slice(1, n)`)
             parts = [self.value(p) for p in (v.start, v.stop, v.step)]
             return _described(lambda r, o, m: slice(*(f(r, o, m) for f in parts)), "slice", parts)
-        if isinstance(v, _IMMUTABLE) or _immutable_number(v) or id(v) in self.shadows.constants:
+        if isinstance(v, _IMMUTABLE) or _immutable_number(v) or id(v) in self.shadows.constants or named_global(v):
             return _constant(v)
         if numpy_array(v):  # computed from guarded values (by contents): a new array per call, as eager returns
             return lambda r, o, m: v.copy()
@@ -262,6 +262,24 @@ def object_build(cls: type, key: Any, state: list, items: list | None, elements:
         return obj
 
     return build
+
+
+def named_global(v: Any) -> bool:
+    """A module, or a class or function that its module and qualified name find (not one a call made: no
+    `<locals>`): the same object on every call, so an output may hold it as it is (a cache's
+    `layer_class_to_replicate = DynamicLayer`)."""
+    if isinstance(v, types.ModuleType):
+        return sys.modules.get(v.__name__) is v
+    if not isinstance(v, (type, types.FunctionType, types.BuiltinFunctionType)):
+        return False
+    qualname, module = getattr(v, "__qualname__", None), getattr(v, "__module__", None)
+    if not isinstance(qualname, str) or not isinstance(module, str) or "<locals>" in qualname:
+        return False
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        space = getattr(obj, "__dict__", None)
+        obj = space.get(part) if isinstance(space, (dict, types.MappingProxyType)) else None
+    return obj is v
 
 
 def _immutable_number(v: Any) -> bool:
