@@ -228,9 +228,7 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
             writers.ran = ran  # (which globals this thread may write: the user code that ran in it)
             mutations.check_not_aliased(specs, walk, shadows.rebuilt)
             user_start = time.perf_counter()
-            if decider.concrete:  # a retrace: number arguments are real (each pinned by a guard); sizes: shape
-                args = tuple(concrete_number(v, decider) for v in args)
-                kwargs = {k: concrete_number(v, decider) for k, v in kwargs.items()}
+            args, kwargs = _concrete_args(args, kwargs, decider)
             out = outside.lift(unbound_methods.call_user(fn, args, kwargs))  # a real tensor returned: its proxy
             state.sync_torch_state()  # a change the function did not undo: the computation leaves it too
             user_end = time.perf_counter()
@@ -238,16 +236,31 @@ def trace_function(fn: Callable, specs: InputSpecs, decider: Decider) -> tuple[T
         if specs.writes:  # module attributes `forward` assigned: the computation also returns their values
             out = (out, tuple(w.value for w in specs.writes))
         state.output_plan = objects.plan_outputs(out, shadows)
+    params, out = _finish(specs, state, (target, modules, plain), shadows, ran, out)
+    state.frontend_s = (user_start - start) + (time.perf_counter() - user_end)  # the walks around the user's call
+    return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state
+
+
+def _concrete_args(args: tuple, kwargs: dict, decider: Decider) -> tuple[tuple, dict]:
+    """A retrace's arguments: number arguments are real (each pinned by a guard); sizes stay as the shape gives."""
+    if not decider.concrete:
+        return args, kwargs
+    return tuple(concrete_number(v, decider) for v in args), {k: concrete_number(v, decider) for k, v in kwargs.items()}
+
+
+def _finish(specs: InputSpecs, state: CaptureState, reached: tuple, shadows: objects.Shadows, ran: Any,
+            out: Any) -> tuple[tuple, Any]:  # fmt: skip
+    """After the user's call: refusals it caught, autocast reads, the guards of what it read from outside
+    (`reached`: the target function, its modules and plain objects); the trace's parameters and outputs."""
     check_caught(state)
     _note_autocast_reads(state)
     if state.output_plan is not None:
         out = tuple(state.output_plan.leaves)
+    target, modules, plain = reached
     _guard_outside_reads(specs, state, target, modules, plain, shadows.outside, ran)
     _keep_what_ran(specs, state, ran)
     params = tuple(shadows.params)  # the inputs' proxies as created (tracing may have changed what holds them)
-    params += tuple(proxy for proxy, _, _ in state.facts.lifted)
-    state.frontend_s = (user_start - start) + (time.perf_counter() - user_end)  # the walks around the user's call
-    return Trace("computation", params, tuple(state.bsyms), out, "Tracing"), state
+    return params + tuple(proxy for proxy, _, _ in state.facts.lifted), out
 
 
 def _new_state(specs: InputSpecs, decider: Decider) -> CaptureState:
