@@ -5,9 +5,9 @@ called as the sweep calls it, B=2, T=8, left-padded) and each torchvision classi
 (`model_sweep.tv_cases`: 10 classes, random weights, the fixed-size ViT, Swin and MaxViT at 32; when torchvision
 imports) is compiled with `specengine.compile(model, dynamic=True)` and called once on a batch of 2 at one image
 size. Per model it prints the compile's CPU seconds (trace, solve, codegen: the entries' own statistics), the first
-call's, eager's call on the same input for scale, and whether the output equals eager's; a model whose eager call
-fails at that size (a fixed-size model, a config that does not run) is shown with eager's error. A benchmark: it
-prints a table and asserts nothing.
+call's, eager's call on the same input for scale, whether the output equals eager's, the slowest z3 query and the
+number of traces; a model whose eager call fails at that size (a fixed-size model, a config that does not run) is
+shown with eager's error. A benchmark: it prints a table and asserts nothing.
 
     python bench/image_compile.py [--source hf|text|tv|all] [--families a,b] [--size 32] [--limit-s 60]
 """
@@ -101,9 +101,12 @@ def row(name: str, source: str, size: int, limit_s: int) -> str:
         finally:
             signal.alarm(0)
         first = time.process_time() - t
-    compile_s = sum(e.stats.get("compile_s", 0.0) for e in specengine.cache_entries(cfn))
+    entries = specengine.cache_entries(cfn)
+    compile_s = sum(e.stats.get("compile_s", 0.0) for e in entries)
+    z3_ms = max((e.stats.get("z3_max_query_s", 0.0) for e in entries), default=0.0) * 1e3
     equal = out.shape == ref.shape and torch.allclose(out, ref, atol=1e-4, rtol=1e-4)
-    return f"{name:24s} {source}  {compile_s:8.2f} {first:8.2f} {eager_s:8.3f}  {'yes' if equal else 'NO'}"
+    return (f"{name:24s} {source}  {compile_s:8.2f} {first:8.2f} {eager_s:8.3f}  {'yes' if equal else 'NO ':5s}"
+            f" {z3_ms:8.1f} {len(entries):3d}")  # fmt: skip
 
 
 def main() -> None:
@@ -115,7 +118,7 @@ def main() -> None:
     args = parser.parse_args()
     signal.signal(signal.SIGALRM, _alarm)
     models = _models(args.source, args.families.split(",") if args.families else None)
-    print(f"{'model':24s} src  compile s  first s  eager s  equal")
+    print(f"{'model':24s} src  compile s  first s  eager s  equal  z3 max ms  traces")
     for name, source in models:
         print(row(name, source, args.size, args.limit_s), flush=True)
 
