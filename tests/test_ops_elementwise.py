@@ -404,7 +404,6 @@ def test_inplace_result_that_cannot_be_cast_raises() -> None:
 OUTSIDE = torch.ones(5)
 UNSUPPORTED = {
     "other-device": lambda x: x.to("meta"),
-    "copy": lambda x: x.to(x.dtype, copy=True),
 }
 # Tensors closed over from outside are inputs of the computation (tests/test_outside.py).
 CLOSED_OVER = {

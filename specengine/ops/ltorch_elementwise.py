@@ -466,9 +466,7 @@ def _cast(a: TensorProxy, dtype: torch.dtype | None, device: Any, copy: bool, me
     if memory_format not in (None, torch.preserve_format):  # values are unchanged; the torch op sets the strides
         meta_call(torch.Tensor.contiguous, a, memory_format=memory_format)  # eager's rank checks (channels_last)
     if dtype is None or dtype == a.dtype:
-        if copy:
-            raise unsupported("Tensor.to(copy=True)", "use .clone() to copy a tensor")
-        if memory_format not in (None, torch.preserve_format):  # `a` itself or a copy, as the strides decide
+        if copy or memory_format not in (None, torch.preserve_format):  # a copy, or `a` or a copy by its strides
             return prims.new_tensor(a.dims, a.dtype, [a])  # (a new name: see ltorch.contiguous)
         return a
     return prims.convert_element_type(a, dtype)
@@ -487,7 +485,10 @@ def _to_args(args: tuple, kwargs: dict) -> tuple:
         dtype = args.pop(0)
     elif args and (args[0] is None or isinstance(args[0], (str, torch.device, int)) and not isinstance(args[0], bool)):
         device = args.pop(0)  # (None: the tensor's own, as Module.to passes it: `t.to(None, dtype, False)`)
-        if args and (args[0] is None or isinstance(args[0], torch.dtype)):
+        if args and not (args[0] is None or isinstance(args[0], torch.dtype)):  # (eager: dtype follows a device)
+            raise TypeError(f"to() received an invalid combination of arguments - got a {type(args[0]).__name__} "
+                            "where (device, dtype, non_blocking, copy) expects a dtype")  # fmt: skip
+        if args:
             dtype = args.pop(0)
     flags = dict(zip(("non_blocking", "copy"), args))
     flags.update({k: kw.pop(k) for k in ("non_blocking", "copy") if k in kw})
