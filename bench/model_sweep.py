@@ -48,8 +48,11 @@ _SHRINK: list[tuple[str, int]] = [
     (r"(attention_)?heads$|^n_head$|num_heads", 4),
     (r"^head_dim$|^d_kv$|^attention_head_size$|^kv_channels$|head_size$", 16),
     (r"intermediate_size|ffn_dim|^d_ff$|^n_inner$|^hidden_dim$|_ffn_size$|mlp_dim$|ffn_hidden_size", 128),
-    (r"^hidden_size$|^d_model$|^n_embd$|^dim$|^embed_dim$|^embedding_size$|^d_embed$|^emb_size$|^word_embed", 64),
-    (r"^vocab_size$|^n_vocab$", VOCAB),
+    (
+        r"^hidden_size(_global)?$|^d_model$|^n_embd$|^dim$|^embed_dim$|^embedding_size$|^d_embed$|^emb_size$|^word_embed",
+        64,
+    ),
+    (r"^vocab_size$|^n_vocab$|_group_vocab$", VOCAB),
     (r"max_position_embeddings|^n_positions$|^n_ctx$|max_seq_len|max_sequence_length|^seq_length$", 128),
     (r"num_experts_per_tok|^top_k$|moe_top_k|num_selected_experts|experts_per_token", 2),
     (r"num_(local_|routed_)?experts$|^n_routed_experts$|^moe_num_experts$", 4),
@@ -69,8 +72,21 @@ _PER_LAYER: dict[str, Callable[[int], dict]] = {
 def tiny_overrides(config_cls: Any, layers: int = 2) -> dict[str, Any]:
     """Keyword arguments that shrink `config_cls`'s defaults: each int field whose name matches a `_SHRINK` rule and
     whose default is larger takes the rule's value (`layers` for the layer counts); token ids at or past the new
-    vocabulary become small ids."""
+    vocabulary become small ids; each nested config (`sub_configs`: an encoder, a decoder, a text tower) is shrunk
+    by the same rules and passed as a dict."""
     defaults = config_cls().to_dict()
+    out = _shrink(defaults, layers)
+    for key, sub_cls in (getattr(config_cls, "sub_configs", None) or {}).items():
+        if isinstance(defaults.get(key), dict) and isinstance(sub_cls, type):
+            if small := _shrink(defaults[key], layers):
+                out[key] = {**defaults[key], **small}
+    if "hidden_size" in out and "head_dim" in defaults and defaults["head_dim"] is None:
+        out["head_dim"] = 16
+    return out | _PER_LAYER.get(getattr(config_cls, "model_type", ""), lambda n: {})(layers)
+
+
+def _shrink(defaults: dict[str, Any], layers: int) -> dict[str, Any]:
+    """The `_SHRINK` rules and the token-id fix on one config's `to_dict()`."""
     out: dict[str, Any] = {}
     for key, value in defaults.items():
         if isinstance(value, bool) or not isinstance(value, int):
@@ -86,9 +102,7 @@ def tiny_overrides(config_cls: Any, layers: int = 2) -> dict[str, Any]:
         if key.endswith("_token_id") and isinstance(value, int) and not isinstance(value, bool) and vocab:
             if value >= vocab:
                 out[key] = 1 if "pad" not in key else 0
-    if "hidden_size" in out and "head_dim" in defaults and defaults["head_dim"] is None:
-        out["head_dim"] = 16
-    return out | _PER_LAYER.get(getattr(config_cls, "model_type", ""), lambda n: {})(layers)
+    return out
 
 
 @dataclass

@@ -53,6 +53,19 @@ def test_tiny_overrides_shrink_by_name():
     assert all(v < model_sweep.VOCAB for k, v in kw.items() if k.endswith("_token_id"))
 
 
+def test_tiny_overrides_shrink_nested_configs():
+    """Blt's encoder, decoder and global transformers are nested configs (and its hash embedding has 500002 rows
+    per group): unshrunk, building it allocated 12 GB."""
+    from transformers import BltConfig
+
+    kw = model_sweep.tiny_overrides(BltConfig, layers=2)
+    assert kw["encoder_hash_byte_group_vocab"] == model_sweep.VOCAB
+    for sub in ("encoder_config", "decoder_config", "global_config"):
+        assert kw[sub]["hidden_size"] == 64 and kw[sub]["num_hidden_layers"] <= 2
+    config = BltConfig(**kw)
+    assert config.global_config.hidden_size == 64 and config.encoder_config.hidden_size_global == 64
+
+
 @pytest.mark.parametrize("name", ["llama", "qwen2_moe", "starcoder2"])
 def test_generations_compile_twice_equal_to_eager(name):
     """Generations of batch 2, 1 and 3, greedy and sampling, prompts of 5, 7, 4 (left-padded: one call pattern):
