@@ -301,24 +301,33 @@ def _load_computation(c: dict) -> Any:
     return exec_source(c["source"], c["name"], glb)
 
 
-_FUNC_CODE = re.compile(r"\b_func_\d+\.__code__ is (not )?_[A-Za-z0-9_]+\b")
+_FUNC_CODE = re.compile(r"_func_\d+\.__code__ is (not )?_[A-Za-z0-9_]+\b")  # (a literal first: a fast scan)
 _NAMES = (
     r"(import|__import__|exec|eval|compile|open|breakpoint|__builtins__|__globals__|__subclasses__|"
     r"__code__|__reduce__|globals|locals)\b"
 )
 _FORBIDDEN = re.compile(r"\b" + _NAMES)
-_MAYBE_FORBIDDEN = re.compile(_NAMES)  # what _FORBIDDEN finds, and more: a scan about 2x faster to rule it out
+# substrings of which every _FORBIDDEN match contains one: `in` scans rule a source out about 10x faster
+_FRAGMENTS = ("import", "exec", "eval", "compile", "open", "breakpoint", "builtins", "globals", "subclasses",
+              "__code__", "__reduce__", "locals")  # fmt: skip
 
 
 def _check_source(source: str, imports: bool) -> None:
     """Defence in depth behind the signature: engine-generated source imports nothing beyond the trace header and
     names none of the builtins that reach outside (a user string that happens to name one is only a miss)."""
-    body = source if imports else _FUNC_CODE.sub("", source)  # the guard on the compiled function's own code
+    # the prologue may guard the compiled function's own code: `_func_0.__code__ is _code`
+    body = source if imports or "__code__" not in source else _FUNC_CODE.sub(_own_code_guard, source)
     if imports:
         header, sep, body = source.partition("\n\ndef ")
         lines = [ln for ln in header.splitlines() if ln and not ln.startswith("#")]
         if not sep or lines != _HEADER_LINES:
             raise Rejected("the entry's computation has another header")
-    found = _MAYBE_FORBIDDEN.search(body) and _FORBIDDEN.search(body)
+    found = any(f in body for f in _FRAGMENTS) and _FORBIDDEN.search(body)
     if found:
         raise Rejected(f"the entry's source names {found.group(0)!r}")
+
+
+def _own_code_guard(m: re.Match) -> str:
+    """'' for a `_func_N.__code__ is _name` that starts a name (the prologue's own guard), else the text kept."""
+    before = m.string[m.start() - 1 : m.start()]
+    return m.group(0) if before.isalnum() or before == "_" else ""
