@@ -142,3 +142,36 @@ def test_a_filename_with_code_after_a_newline_stays_a_comment(newline, generated
     assert counts(cfn) == (1, 3)
     _assert_payload_is_never_code(generated())
     assert "pwned" not in capfd.readouterr().out
+
+
+_FORBIDDEN_NAMES = ["import", "__import__", "exec", "eval", "compile", "open", "breakpoint", "__builtins__",
+                    "__globals__", "__subclasses__", "__code__", "__reduce__", "globals", "locals"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", _FORBIDDEN_NAMES)
+@pytest.mark.parametrize("where", ["prologue", "computation"])
+def test_an_entry_source_naming_a_builtin_that_reaches_outside_is_rejected(name, where):
+    """The load's source check (defence behind the signature): every forbidden name, at the start, middle and end
+    of a line, is a Rejected entry; a longer identifier that contains it (`reopen`, `evaluate`) is not."""
+    from specengine.persist.entries import _HEADER_LINES, _check_source
+    from specengine.persist.signing import Rejected
+
+    header = "\n".join(_HEADER_LINES) + "\n\n" if where == "computation" else ""
+    for body in (
+        f"def f(x):\n  return {name}(x)\n",
+        f"def f(x):\n  y = x.{name}\n  return y\n",
+        f"def f(x):\n  return x\n{name}",
+    ):
+        with pytest.raises(Rejected, match="names"):
+            _check_source(header + body, imports=where == "computation")
+    _check_source(header + f"def f(x):\n  re{name}d = x\n  return re{name}d\n", imports=where == "computation")
+
+
+def test_only_the_prologue_guard_on_the_compiled_function_code_may_name_code():
+    from specengine.persist.entries import _check_source
+    from specengine.persist.signing import Rejected
+
+    _check_source("def p(f):\n  if _func_0.__code__ is not _code1: return None\n", imports=False)
+    for body in ("  if a_func_0.__code__ is not _code1: return None", "  c = _func_0.__code__", "  _f.__code__"):
+        with pytest.raises(Rejected, match="__code__"):
+            _check_source("def p(f):\n" + body + "\n", imports=False)
