@@ -123,7 +123,10 @@ def main() -> None:
     signal.signal(signal.SIGALRM, _alarm)
     models = _models(args.source, args.families.split(",") if args.families else None)
     if args.after:
-        models = models[[n for n, _ in models].index(args.after) + 1 :]
+        names = [n for n, _ in models]
+        if args.after not in names:
+            parser.error(f"--after {args.after}: not a family of --source {args.source}")
+        models = models[names.index(args.after) + 1 :]
     print(f"{'model':24s} src  compile s  first s  eager s  equal  z3 max ms  traces")
     for name, source in models:
         print(row(name, source, args.size, args.limit_s), flush=True)

@@ -163,20 +163,20 @@ def _hf_build(model_type: str, class_name: str, layers: int = 2, **extra: Any) -
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
         config_cls = CONFIG_MAPPING[model_type]
-        small = tiny_overrides(config_cls, layers)
-        nested = [
-            k for k, v in small.items() if isinstance(v, dict) and k in (getattr(config_cls, "sub_configs", None) or {})
-        ]
-        try:
-            config = config_cls(**{**small, **extra})
+
+        def make(fields: dict) -> torch.nn.Module:
+            config = config_cls(**{**fields, **extra})
             torch.manual_seed(0)
             return getattr(transformers, class_name)(config).eval()
+
+        small = tiny_overrides(config_cls, layers)
+        flat = {k: v for k, v in small.items() if not isinstance(v, dict)}  # (dicts: the nested configs)
+        try:
+            return make(small)
         except Exception:  # a nested config whose shrunk fields disagree (stage names, per-layer lists)
-            if not nested:
+            if flat == small:
                 raise
-        config = config_cls(**{**{k: v for k, v in small.items() if k not in nested}, **extra})
-        torch.manual_seed(0)
-        return getattr(transformers, class_name)(config).eval()
+        return make(flat)
 
     return build
 

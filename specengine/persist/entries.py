@@ -302,14 +302,9 @@ def _load_computation(c: dict) -> Any:
 
 
 _FUNC_CODE = re.compile(r"_func_\d+\.__code__ is (not )?_[A-Za-z0-9_]+\b")  # (a literal first: a fast scan)
-_NAMES = (
-    r"(import|__import__|exec|eval|compile|open|breakpoint|__builtins__|__globals__|__subclasses__|"
-    r"__code__|__reduce__|globals|locals)\b"
-)
-_FORBIDDEN = re.compile(r"\b" + _NAMES)
-# substrings of which every _FORBIDDEN match contains one: `in` scans rule a source out about 10x faster
-_FRAGMENTS = ("import", "exec", "eval", "compile", "open", "breakpoint", "builtins", "globals", "subclasses",
-              "__code__", "__reduce__", "locals")  # fmt: skip
+_WORDS = ("import", "__import__", "exec", "eval", "compile", "open", "breakpoint", "__builtins__", "__globals__",
+          "__subclasses__", "__code__", "__reduce__", "globals", "locals")  # fmt: skip
+_FORBIDDEN = re.compile(r"\b(" + "|".join(_WORDS) + r")\b")
 
 
 def _check_source(source: str, imports: bool) -> None:
@@ -322,7 +317,8 @@ def _check_source(source: str, imports: bool) -> None:
         lines = [ln for ln in header.splitlines() if ln and not ln.startswith("#")]
         if not sep or lines != _HEADER_LINES:
             raise Rejected("the entry's computation has another header")
-    found = any(f in body for f in _FRAGMENTS) and _FORBIDDEN.search(body)
+    # every match contains one of the words: `in` scans rule a source out about 10x faster than the regex
+    found = any(w in body for w in _WORDS) and _FORBIDDEN.search(body)
     if found:
         raise Rejected(f"the entry's source names {found.group(0)!r}")
 
